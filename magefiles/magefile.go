@@ -1,0 +1,119 @@
+//go:build mage
+
+// kiln builds the Antrea-shaped binaries of this repository into
+// reproducible multi-arch OCI images through BuildKit.
+//
+// Environment: BUILDKIT_HOST (a daemon to use instead of the managed one),
+// PLATFORMS (comma-separated target platforms), KILN_PROGRESS (auto, tty,
+// plain, quiet, rawjson), SOURCE_DATE_EPOCH (overrides the commit time),
+// KILN_CACHE_DIR (where the managed daemon and toolchain live).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/magefile/mage/mg"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/pkg/build"
+	"github.com/kiln-build/kiln/pkg/buildkit"
+)
+
+// logging is quiet unless mage runs with -v.
+func logging() {
+	logrus.SetOutput(os.Stderr)
+	logrus.SetLevel(logrus.WarnLevel)
+	if mg.Verbose() {
+		logrus.SetLevel(logrus.DebugLevel)
+	}
+}
+
+func options(platforms *string, stamp *bool, progress *string) build.Options {
+	logging()
+	var o build.Options
+	if platforms != nil {
+		o.Platforms = *platforms
+	}
+	if stamp != nil {
+		o.Stamp = *stamp
+	}
+	if progress != nil {
+		o.Progress = *progress
+	}
+	return o
+}
+
+// Builds every image as an OCI layout tarball under _output/images/. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson.
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string) error {
+	results, err := build.Images(ctx, options(platforms, stamp, progress))
+	if err != nil {
+		return err
+	}
+	for _, r := range results {
+		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
+	}
+	return nil
+}
+
+// Builds the raw binaries into _output/bin/<os>_<arch>/. Flags as for images.
+func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string) error {
+	dir, err := build.Binaries(ctx, options(platforms, stamp, progress))
+	if err != nil {
+		return err
+	}
+	fmt.Println(dir)
+	return nil
+}
+
+// Prints the resolved build (toolchain, platforms, binaries, images, cache ids, Go environment) without building. -json for machines.
+func Plan(json *bool, platforms *string, stamp *bool) error {
+	p, err := build.Plan(options(platforms, stamp, nil))
+	if err != nil {
+		return err
+	}
+	if json != nil && *json {
+		return build.WritePlanJSON(os.Stdout, p)
+	}
+	build.WritePlanText(os.Stdout, p)
+	return nil
+}
+
+// Buildkit manages the BuildKit daemon kiln builds on.
+type Buildkit mg.Namespace
+
+// Shows the daemon kiln would use, its workers and its disk use by kind.
+func (Buildkit) Status(ctx context.Context) error {
+	logging()
+	return buildkit.Status(ctx, ".", os.Stdout)
+}
+
+// Stops the managed buildkitd (a daemon named by BUILDKIT_HOST is left alone).
+func (Buildkit) Stop(ctx context.Context) error {
+	logging()
+	if os.Getenv(buildkit.HostEnv) != "" {
+		return fmt.Errorf("%s is set: kiln does not stop a daemon it did not start", buildkit.HostEnv)
+	}
+	m, err := buildkit.DefaultManaged(".")
+	if err != nil {
+		return err
+	}
+	stopped, err := m.Stop(ctx)
+	if err != nil {
+		return err
+	}
+	if stopped {
+		fmt.Println("managed buildkitd stopped")
+	} else {
+		fmt.Println("managed buildkitd was not running")
+	}
+	return nil
+}
+
+// Frees the daemon's build cache, keeping the Go cache mounts; -all removes those too.
+func (Buildkit) Prune(ctx context.Context, all *bool) error {
+	logging()
+	return buildkit.Prune(ctx, ".", all != nil && *all, os.Stdout)
+}
+

@@ -1,0 +1,372 @@
+// Package build wires the stages of the flow for the mage targets: config,
+// plan, toolchain, LLB graph, solve and export. It holds no stage logic itself.
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
+	"github.com/moby/buildkit/exporter/containerimage/exptypes"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	"github.com/moby/patternmatcher/ignorefile"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kiln-build/kiln/pkg/buildkit"
+	"github.com/kiln-build/kiln/pkg/config"
+	"github.com/kiln-build/kiln/pkg/golang"
+	"github.com/kiln-build/kiln/pkg/image"
+	"github.com/kiln-build/kiln/pkg/plan"
+)
+
+// Options select what to build; the zero value builds everything configured.
+type Options struct {
+	// Root is the repository root; the working directory when empty.
+	Root string
+	// Platforms is a comma-separated platform list; PLATFORMS when empty,
+	// then build/kiln.yaml.
+	Platforms string
+	// Stamp stamps version, commit and tree state (release builds).
+	Stamp bool
+	// Images limits the build to these images.
+	Images []string
+	// Progress is the progress mode; KILN_PROGRESS when empty, then auto.
+	Progress string
+	// OutDir is where outputs go; _output under Root when empty.
+	OutDir string
+}
+
+func (o *Options) root() (string, error) {
+	if o.Root != "" {
+		return filepath.Abs(o.Root)
+	}
+	return os.Getwd()
+}
+
+func (o *Options) outDir(root string) string {
+	if o.OutDir != "" {
+		return o.OutDir
+	}
+	return filepath.Join(root, "_output")
+}
+
+func (o *Options) progress() (string, error) {
+	mode := o.Progress
+	if mode == "" {
+		mode = os.Getenv("KILN_PROGRESS")
+	}
+	if mode == "" {
+		return "auto", nil
+	}
+	for _, m := range buildkit.ProgressModes {
+		if m == mode {
+			return mode, nil
+		}
+	}
+	return "", fmt.Errorf("progress mode %q is unknown (use one of %s via -progress or KILN_PROGRESS)", mode, strings.Join(buildkit.ProgressModes, ", "))
+}
+
+// Plan loads and validates the configuration and resolves the plan, without
+// contacting BuildKit.
+func Plan(opts Options) (*plan.Plan, error) {
+	return resolve(opts, nil)
+}
+
+func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) {
+	root, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(root)
+	if err != nil {
+		return nil, err
+	}
+	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images, BuildPlatform: buildPlatform}
+	list, source := opts.Platforms, "-platforms"
+	if list == "" {
+		list, source = os.Getenv("PLATFORMS"), "PLATFORMS"
+	}
+	if list != "" {
+		if po.Platforms, err = config.ParsePlatforms(list); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+	}
+	return plan.Resolve(root, cfg, po)
+}
+
+// session is a plan bound to a daemon, with the local sources it needs.
+type session struct {
+	plan   *plan.Plan
+	daemon *buildkit.Daemon
+	locals map[string]string
+	graph  *golang.Graph
+	mode   string
+	source string
+
+	mu       sync.Mutex
+	binaries map[string]llb.State // by "name platform"
+}
+
+func start(ctx context.Context, opts Options) (*session, error) {
+	mode, err := opts.progress()
+	if err != nil {
+		return nil, err
+	}
+	p, err := Plan(opts) // every configuration error before the daemon is contacted
+	if err != nil {
+		return nil, err
+	}
+	excludes, err := dockerignore(p.Root)
+	if err != nil {
+		return nil, err
+	}
+	d, err := buildkit.Connect(ctx, p.Root)
+	if err != nil {
+		return nil, err
+	}
+	if bp, err := workerPlatform(ctx, d); err != nil {
+		d.Close()
+		return nil, err
+	} else if config.FormatPlatform(bp) != config.FormatPlatform(p.BuildPlatform) {
+		logrus.Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
+		if p, err = resolve(opts, &bp); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	cache, err := buildkit.CacheDir()
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	tcDir, err := golang.FetchToolchain(ctx, p.Toolchain, cache)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
+	if len(p.Modules) > 0 {
+		locals[golang.LocalCACerts] = "/etc/ssl/certs"
+	}
+	cfg, _ := config.Load(p.Root) // loaded without error by Plan above
+	return &session{
+		plan:     p,
+		daemon:   d,
+		locals:   locals,
+		graph:    golang.NewGraph(p, golang.Context(excludes), golang.Toolchain(p.Toolchain)),
+		mode:     mode,
+		source:   cfg.Source,
+		binaries: map[string]llb.State{},
+	}, nil
+}
+
+func (s *session) close() { s.daemon.Close() }
+
+// binary returns the compile step of one binary for one platform, once.
+func (s *session) binary(name string, target ocispec.Platform) llb.State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := name + " " + config.FormatPlatform(target)
+	if st, ok := s.binaries[key]; ok {
+		return st
+	}
+	b := s.plan.Binary(name)
+	st := s.graph.Compile(*b, s.graph.Sources(*b), target)
+	s.binaries[key] = st
+	return st
+}
+
+func workerPlatform(ctx context.Context, d *buildkit.Daemon) (ocispec.Platform, error) {
+	workers, err := d.ListWorkers(ctx)
+	if err != nil {
+		return ocispec.Platform{}, fmt.Errorf("list BuildKit workers at %s: %w", d.Address, err)
+	}
+	if len(workers) == 0 || len(workers[0].Platforms) == 0 {
+		return ocispec.Platform{}, fmt.Errorf("BuildKit at %s has no worker; check its configuration", d.Address)
+	}
+	return workers[0].Platforms[0], nil
+}
+
+func dockerignore(root string) ([]string, error) {
+	f, err := os.Open(filepath.Join(root, ".dockerignore"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	return patterns, nil
+}
+
+// ImageStates returns each platform's root filesystem of one image, in plan order.
+func (s *session) imageStates(img plan.Image) []llb.State {
+	states := make([]llb.State, len(s.plan.Platforms))
+	for i, target := range s.plan.Platforms {
+		bins := map[string]llb.State{}
+		for _, b := range img.Binaries {
+			bins[b] = s.binary(b, target)
+		}
+		states[i] = image.Rootfs(img, target, bins, s.graph.Context, s.plan.Created())
+	}
+	return states
+}
+
+// imageBuild is the gateway build of one multi-platform image: one ref per
+// platform plus the platforms metadata, as the Dockerfile frontend returns.
+func (s *session) imageBuild(img plan.Image) gateway.BuildFunc {
+	states := s.imageStates(img)
+	return func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+		res := gateway.NewResult()
+		var mu sync.Mutex
+		eg, ctx := errgroup.WithContext(ctx)
+		for i, target := range s.plan.Platforms {
+			id := config.FormatPlatform(target)
+			eg.Go(func() error {
+				def, err := states[i].Marshal(ctx)
+				if err != nil {
+					return err
+				}
+				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+				if err != nil {
+					return err
+				}
+				ref, err := r.SingleRef()
+				if err != nil {
+					return err
+				}
+				cfg, err := json.Marshal(image.Config(s.plan, img, target, s.source))
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				res.AddRef(id, ref)
+				res.AddMeta(exptypes.ExporterImageConfigKey+"/"+id, cfg)
+				return nil
+			})
+		}
+		if err := eg.Wait(); err != nil {
+			return nil, err
+		}
+		exp := exptypes.Platforms{}
+		for _, target := range s.plan.Platforms {
+			exp.Platforms = append(exp.Platforms, exptypes.Platform{ID: config.FormatPlatform(target), Platform: target})
+		}
+		dt, err := json.Marshal(exp)
+		if err != nil {
+			return nil, err
+		}
+		res.AddMeta(exptypes.ExporterPlatformsKey, dt)
+		return res, nil
+	}
+}
+
+// exporterAttrs make the export reproducible: layer timestamps rewritten to
+// the source date, OCI media types.
+func (s *session) exporterAttrs(name string) map[string]string {
+	return map[string]string{
+		"name":                                 name,
+		string(exptypes.OptKeyOCITypes):        "true",
+		string(exptypes.OptKeyRewriteTimestamp): "true",
+		"source-date-epoch":                    strconv.FormatInt(s.plan.SourceDateEpoch, 10),
+	}
+}
+
+// ImageResult is one exported image.
+type ImageResult struct {
+	Name      string   `json:"name"`
+	Ref       string   `json:"ref"`
+	Digest    string   `json:"digest"`
+	Path      string   `json:"path"`
+	Platforms []string `json:"platforms"`
+}
+
+// Images builds every planned image and writes each as an OCI layout
+// tarball under <out>/images/<name>.oci.tar.
+func Images(ctx context.Context, opts Options) ([]ImageResult, error) {
+	s, err := start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.close()
+	dir := filepath.Join(opts.outDir(s.plan.Root), "images")
+	var jobs []buildkit.Job
+	for _, img := range s.plan.Images {
+		jobs = append(jobs, buildkit.Job{
+			Name:   img.Name,
+			Build:  s.imageBuild(img),
+			Export: client.ExportEntry{Type: client.ExporterOCI, Attrs: s.exporterAttrs(img.Ref)},
+			Dest:   filepath.Join(dir, img.Name+".oci.tar"),
+		})
+	}
+	results, err := s.daemon.Solve(ctx, jobs, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ImageResult, len(results))
+	for i, r := range results {
+		img := s.plan.Images[i]
+		out[i] = ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: s.plan.PlatformIDs()}
+	}
+	return out, nil
+}
+
+// PlatformDir is the output folder name of a platform: linux_amd64, linux_arm_v7.
+func PlatformDir(p ocispec.Platform) string {
+	return strings.ReplaceAll(config.FormatPlatform(p), "/", "_")
+}
+
+// Binaries builds every configured binary for every platform and writes
+// them to <out>/bin/<os>_<arch>/<name>.
+func Binaries(ctx context.Context, opts Options) (string, error) {
+	s, err := start(ctx, opts)
+	if err != nil {
+		return "", err
+	}
+	defer s.close()
+	fa := (*llb.FileAction)(nil)
+	for _, target := range s.plan.Platforms {
+		for _, b := range s.plan.Binaries {
+			src := s.binary(b.Name, target)
+			dest := "/" + PlatformDir(target) + "/" + b.Name
+			copyOpt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
+			if fa == nil {
+				fa = llb.Copy(src, "/"+b.Name, dest, copyOpt)
+			} else {
+				fa = fa.Copy(src, "/"+b.Name, dest, copyOpt)
+			}
+		}
+	}
+	st := llb.Scratch().File(fa, llb.WithCustomName("[binaries] collect"))
+	dest := filepath.Join(opts.outDir(s.plan.Root), "bin")
+	job := buildkit.Job{
+		Name: "binaries",
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			def, err := st.Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+		},
+		Export: client.ExportEntry{Type: client.ExporterLocal},
+		Dest:   dest,
+	}
+	if _, err := s.daemon.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode}); err != nil {
+		return "", err
+	}
+	return dest, nil
+}

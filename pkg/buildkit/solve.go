@@ -1,0 +1,258 @@
+package buildkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/moby/buildkit/client"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	"github.com/moby/buildkit/util/progress/progressui"
+	"github.com/opencontainers/go-digest"
+	"github.com/tonistiigi/fsutil"
+	"golang.org/x/sync/errgroup"
+)
+
+// Job is one solve: a gateway build function and where its result goes.
+type Job struct {
+	Name  string
+	Build gateway.BuildFunc
+	// Export is the exporter; for file outputs Output is set by Solve.
+	Export client.ExportEntry
+	// Dest is the final path of the output (a file for tar exporters, a
+	// directory for the local exporter). It appears only when the solve
+	// succeeded; until then the output has a temporary name.
+	Dest string
+}
+
+// Result is what one job produced.
+type Result struct {
+	Name   string
+	Dest   string
+	Digest string
+}
+
+// SolveOptions apply to every job of one Solve.
+type SolveOptions struct {
+	// Locals maps local source names to directories on this machine.
+	Locals map[string]string
+	// Progress is a progressui mode: auto, tty, plain, quiet or rawjson.
+	Progress string
+	// Out receives the progress display; os.Stderr when nil.
+	Out io.Writer
+}
+
+// ProgressModes are the accepted values of -progress and KILN_PROGRESS.
+var ProgressModes = []string{"auto", "tty", "plain", "quiet", "rawjson"}
+
+// Solve runs the jobs concurrently on the daemon with one progress display.
+// Outputs are renamed into place only when every job succeeded.
+func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) ([]Result, error) {
+	out := opts.Out
+	if out == nil {
+		out = os.Stderr
+	}
+	mode := opts.Progress
+	if mode == "" {
+		mode = "auto"
+	}
+	display, err := progressui.NewDisplay(out, progressui.DisplayMode(mode))
+	if err != nil {
+		return nil, fmt.Errorf("progress %q: %w (use one of %s)", mode, err, strings.Join(ProgressModes, ", "))
+	}
+	mounts := map[string]fsutil.FS{}
+	for name, dir := range opts.Locals {
+		fs, err := fsutil.NewFS(dir)
+		if err != nil {
+			return nil, fmt.Errorf("local source %s (%s): %w", name, dir, err)
+		}
+		mounts[name] = fs
+	}
+
+	statusCh := make(chan *client.SolveStatus)
+	logs := newVertexLogs()
+	displayDone := make(chan struct{})
+	go func() {
+		defer close(displayDone)
+		display.UpdateFrom(context.WithoutCancel(ctx), statusCh)
+	}()
+
+	var temps []string
+	cleanup := func() {
+		for _, t := range temps {
+			os.RemoveAll(t)
+		}
+	}
+	results := make([]Result, len(jobs))
+	var fwd sync.WaitGroup
+	eg, egCtx := errgroup.WithContext(ctx)
+	for i, job := range jobs {
+		exp := job.Export
+		tmp, err := tempFor(job.Dest)
+		if err != nil {
+			cleanup()
+			close(statusCh)
+			<-displayDone
+			return nil, err
+		}
+		temps = append(temps, tmp)
+		if exp.Type == client.ExporterLocal {
+			exp.OutputDir = tmp
+		} else {
+			exp.Output = func(map[string]string) (io.WriteCloser, error) {
+				return os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+			}
+		}
+		ch := make(chan *client.SolveStatus)
+		fwd.Add(1)
+		go func() {
+			defer fwd.Done()
+			for s := range ch {
+				logs.record(s)
+				statusCh <- s
+			}
+		}()
+		eg.Go(func() error {
+			resp, err := d.Build(egCtx, client.SolveOpt{
+				Exports:     []client.ExportEntry{exp},
+				LocalMounts: mounts,
+				SharedKey:   "kiln",
+			}, "kiln", job.Build, ch)
+			if err != nil {
+				return fmt.Errorf("%s: %w", job.Name, err)
+			}
+			results[i] = Result{Name: job.Name, Dest: job.Dest, Digest: resp.ExporterResponse["containerimage.digest"]}
+			return nil
+		})
+	}
+	err = eg.Wait()
+	fwd.Wait()
+	close(statusCh)
+	<-displayDone
+	if err != nil {
+		cleanup()
+		return nil, d.explain(ctx, err, logs)
+	}
+	for i, job := range jobs {
+		if err := replace(temps[i], job.Dest); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// tempFor reserves a temporary name beside dest, on the same file system,
+// so the final rename is atomic.
+func tempFor(dest string) (string, error) {
+	dir := filepath.Dir(dest)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(dest)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return f.Name(), nil
+}
+
+// replace moves a finished output into place. A directory replaces the old
+// one as a whole: old output is kept aside until the new one is in.
+func replace(tmp, dest string) error {
+	fi, err := os.Stat(tmp)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return os.Rename(tmp, dest)
+	}
+	old := ""
+	if _, err := os.Stat(dest); err == nil {
+		old = tmp + ".old"
+		if err := os.Rename(dest, old); err != nil {
+			return err
+		}
+	}
+	if err := os.Rename(tmp, dest); err != nil {
+		if old != "" {
+			os.Rename(old, dest)
+		}
+		return err
+	}
+	if old != "" {
+		return os.RemoveAll(old)
+	}
+	return nil
+}
+
+// explain turns a solve error into one message: a vanished daemon is named as
+// such, and a failed step shows its own output, not the whole build's.
+func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs) error {
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return fmt.Errorf("build interrupted: %w", ctx.Err())
+	}
+	if d.Managed != nil {
+		if pid, ok := d.Managed.PID(); ok && !alive(pid) {
+			return fmt.Errorf("the managed buildkitd (pid %d) died during the build; the next run restarts it\n%s", pid, tail(d.Managed.LogFile(), 10))
+		}
+	}
+	if name, output := logs.failed(); name != "" {
+		return fmt.Errorf("%s failed:\n%s", name, output)
+	}
+	return err
+}
+
+// vertexLogs keeps each vertex's name and output, to show a failure's own.
+type vertexLogs struct {
+	mu     sync.Mutex
+	names  map[digest.Digest]string
+	errs   map[digest.Digest]string
+	output map[digest.Digest][]byte
+	order  []digest.Digest
+}
+
+func newVertexLogs() *vertexLogs {
+	return &vertexLogs{names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
+}
+
+const maxLogPerVertex = 64 << 10
+
+func (v *vertexLogs) record(s *client.SolveStatus) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, vx := range s.Vertexes {
+		v.names[vx.Digest] = vx.Name
+		if vx.Error != "" && !strings.Contains(vx.Error, "context canceled") {
+			if _, seen := v.errs[vx.Digest]; !seen {
+				v.order = append(v.order, vx.Digest)
+			}
+			v.errs[vx.Digest] = vx.Error
+		}
+	}
+	for _, l := range s.Logs {
+		if len(v.output[l.Vertex]) < maxLogPerVertex {
+			v.output[l.Vertex] = append(v.output[l.Vertex], l.Data...)
+		}
+	}
+}
+
+// failed returns the first failed vertex's name with its output and error.
+func (v *vertexLogs) failed() (string, string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if len(v.order) == 0 {
+		return "", ""
+	}
+	dg := v.order[0]
+	out := strings.TrimRight(string(v.output[dg]), "\n")
+	if out != "" {
+		out += "\n"
+	}
+	return v.names[dg], out + v.errs[dg]
+}

@@ -1,0 +1,390 @@
+// Package config owns the first stage of the flow: it loads build/kiln.yaml
+// and images/*/image.yaml and validates them, so that every mistake is
+// reported with its file and field before BuildKit is contacted.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"go.yaml.in/yaml/v3"
+)
+
+// Paths of the configuration, relative to the repository root.
+const (
+	File      = "build/kiln.yaml"
+	ImagesDir = "images"
+	ImageYAML = "image.yaml"
+)
+
+// Config is build/kiln.yaml.
+type Config struct {
+	Toolchain  Toolchain `yaml:"toolchain"`
+	Platforms  []string  `yaml:"platforms"`
+	Go         GoEnv     `yaml:"go"`
+	Binaries   []Binary  `yaml:"binaries"`
+	Stamp      Stamp     `yaml:"stamp"`
+	Cache      Cache     `yaml:"cache"`
+	Repository string    `yaml:"repository"`
+	Tag        string    `yaml:"tag"`
+	Source     string    `yaml:"source"`
+
+	// Images are read from images/*/image.yaml, sorted by name.
+	Images []Image `yaml:"-"`
+	// ParsedPlatforms are Platforms, parsed and normalised.
+	ParsedPlatforms []ocispec.Platform `yaml:"-"`
+}
+
+// Toolchain pins the Go toolchain archive per build platform.
+type Toolchain struct {
+	Go     string            `yaml:"go"`
+	SHA256 map[string]string `yaml:"sha256"`
+}
+
+// GoEnv is the one Go environment every binary is compiled with.
+type GoEnv struct {
+	Tags    []string `yaml:"tags"`
+	GCFlags string   `yaml:"gcflags"`
+	LDFlags string   `yaml:"ldflags"`
+}
+
+// Binary is one main package kiln builds.
+type Binary struct {
+	Name    string `yaml:"name"`
+	Package string `yaml:"package"`
+}
+
+// Stamp names the package whose variables the linker stamps.
+type Stamp struct {
+	Package string `yaml:"package"`
+}
+
+// Cache holds the ids of the persistent cache mounts.
+type Cache struct {
+	GoCache    string `yaml:"gocache"`
+	GoModCache string `yaml:"gomodcache"`
+}
+
+// Image is images/<name>/image.yaml.
+type Image struct {
+	Binaries   []string          `yaml:"binaries"`
+	Entrypoint []string          `yaml:"entrypoint"`
+	Args       []string          `yaml:"args"`
+	Env        map[string]string `yaml:"env"`
+	User       string            `yaml:"user"`
+	Workdir    string            `yaml:"workdir"`
+	Labels     map[string]string `yaml:"labels"`
+	Files      []ImageFile       `yaml:"files"`
+
+	Name string `yaml:"-"` // the folder's name
+	Dir  string `yaml:"-"` // the folder, relative to the repository root
+}
+
+// ImageFile is an extra file copied from the image folder into the image.
+type ImageFile struct {
+	Src  string `yaml:"src"`
+	Dest string `yaml:"dest"`
+	Mode string `yaml:"mode"`
+}
+
+// DefaultUser is the user images run as unless image.yaml says otherwise.
+const DefaultUser = "65532:65532"
+
+var (
+	nameRE    = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*$`)
+	versionRE = regexp.MustCompile(`^1\.[0-9]+(\.[0-9]+)?(rc[0-9]+)?$`)
+	sha256RE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	userRE    = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
+	tagRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	modeRE    = regexp.MustCompile(`^0?[0-7]{3,4}$`)
+)
+
+// Load reads and validates the configuration under the repository root.
+func Load(root string) (*Config, error) {
+	var c Config
+	if err := decodeFile(root, File, &c); err != nil {
+		return nil, err
+	}
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	images, err := loadImages(root)
+	if err != nil {
+		return nil, err
+	}
+	for i := range images {
+		if err := images[i].validate(&c, root); err != nil {
+			return nil, err
+		}
+	}
+	c.Images = images
+	return &c, nil
+}
+
+// decodeFile decodes one YAML file strictly: unknown fields, duplicate keys
+// and trailing documents are errors that name the file and line.
+func decodeFile(root, rel string, v any) error {
+	data, err := os.ReadFile(filepath.Join(root, rel))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%s: file not found (run kiln from the repository root)", rel)
+		}
+		return fmt.Errorf("%s: %w", rel, err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%s: file is empty", rel)
+		}
+		return fmt.Errorf("%s: %s", rel, yamlMessage(err))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: more than one YAML document", rel)
+	}
+	return nil
+}
+
+// yamlMessage turns yaml.v3's errors into one line without its prefix.
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, e := range te.Errors {
+			msgs[i] = strings.Replace(e, "not found in type", "is unknown in", 1)
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+func fieldErr(file, field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %s", file, field, fmt.Sprintf(format, args...))
+}
+
+func (c *Config) validate() error {
+	f := File
+	if c.Toolchain.Go == "" {
+		return fieldErr(f, "toolchain.go", "missing; set the Go version every binary compiles with, e.g. \"1.26.8\"")
+	}
+	if !versionRE.MatchString(c.Toolchain.Go) {
+		return fieldErr(f, "toolchain.go", "%q is not a Go version such as \"1.26.8\"", c.Toolchain.Go)
+	}
+	if len(c.Toolchain.SHA256) == 0 {
+		return fieldErr(f, "toolchain.sha256", "missing; pin the sha256 of the golang.org/toolchain .zip for each build platform")
+	}
+	for _, plat := range sortedKeys(c.Toolchain.SHA256) {
+		p, err := ParsePlatform(plat)
+		if err != nil {
+			return fieldErr(f, "toolchain.sha256."+plat, "%v", err)
+		}
+		if p.OS != "linux" {
+			return fieldErr(f, "toolchain.sha256."+plat, "build platforms are linux (BuildKit workers run linux)")
+		}
+		if !sha256RE.MatchString(c.Toolchain.SHA256[plat]) {
+			return fieldErr(f, "toolchain.sha256."+plat, "%q is not 64 lower-case hex digits", c.Toolchain.SHA256[plat])
+		}
+	}
+	if len(c.Platforms) == 0 {
+		return fieldErr(f, "platforms", "missing; list at least one target platform, e.g. linux/amd64")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Platforms {
+		p, err := ParsePlatform(s)
+		if err != nil {
+			return fieldErr(f, fmt.Sprintf("platforms[%d]", i), "%v", err)
+		}
+		if seen[FormatPlatform(p)] {
+			return fieldErr(f, fmt.Sprintf("platforms[%d]", i), "%q listed twice", s)
+		}
+		seen[FormatPlatform(p)] = true
+		c.ParsedPlatforms = append(c.ParsedPlatforms, p)
+	}
+	for i, t := range c.Go.Tags {
+		if t == "" || strings.ContainsAny(t, ", \t") {
+			return fieldErr(f, fmt.Sprintf("go.tags[%d]", i), "%q is not a single build tag", t)
+		}
+		if t == "cgo" {
+			return fieldErr(f, fmt.Sprintf("go.tags[%d]", i), "kiln builds with CGO_ENABLED=0 for every binary; remove the cgo tag")
+		}
+	}
+	for _, field := range []struct{ name, value string }{{"go.gcflags", c.Go.GCFlags}, {"go.ldflags", c.Go.LDFlags}} {
+		for _, bad := range []string{"-linkmode=external", "-extldflags", "-buildid"} {
+			if strings.Contains(field.value, bad) {
+				return fieldErr(f, field.name, "%q is set by kiln or needs cgo; remove it", bad)
+			}
+		}
+		if strings.Contains(field.value, "-X") {
+			return fieldErr(f, field.name, "-X values come from stamping (stamp.package); remove them")
+		}
+	}
+	if len(c.Binaries) == 0 {
+		return fieldErr(f, "binaries", "missing; list the binaries to build with name and package")
+	}
+	names := map[string]bool{}
+	for i, b := range c.Binaries {
+		field := fmt.Sprintf("binaries[%d]", i)
+		if !nameRE.MatchString(b.Name) {
+			return fieldErr(f, field+".name", "%q is not a binary name (lower-case letters, digits, '.', '_', '-')", b.Name)
+		}
+		if names[b.Name] {
+			return fieldErr(f, field+".name", "binary %q listed twice", b.Name)
+		}
+		names[b.Name] = true
+		if !strings.HasPrefix(b.Package, "./") || strings.Contains(b.Package, "..") {
+			return fieldErr(f, field+".package", "%q must be a path inside the module starting with ./, e.g. ./cmd/%s", b.Package, b.Name)
+		}
+	}
+	if c.Stamp.Package == "" {
+		return fieldErr(f, "stamp.package", "missing; name the package whose Version, GitCommit and GitTreeState the linker sets")
+	}
+	if !nameRE.MatchString(c.Cache.GoCache) {
+		return fieldErr(f, "cache.gocache", "%q is not a cache id (lower-case letters, digits, '.', '_', '-')", c.Cache.GoCache)
+	}
+	if !nameRE.MatchString(c.Cache.GoModCache) {
+		return fieldErr(f, "cache.gomodcache", "%q is not a cache id (lower-case letters, digits, '.', '_', '-')", c.Cache.GoModCache)
+	}
+	if c.Cache.GoCache == c.Cache.GoModCache {
+		return fieldErr(f, "cache.gomodcache", "must differ from cache.gocache")
+	}
+	for _, part := range strings.Split(c.Repository, "/") {
+		if !nameRE.MatchString(part) {
+			return fieldErr(f, "repository", "%q is not a repository name such as \"antrea\" or \"example.com/antrea\"", c.Repository)
+		}
+	}
+	if !tagRE.MatchString(c.Tag) {
+		return fieldErr(f, "tag", "%q is not an image tag", c.Tag)
+	}
+	return nil
+}
+
+// Binary returns the binary of that name.
+func (c *Config) Binary(name string) (Binary, bool) {
+	i := slices.IndexFunc(c.Binaries, func(b Binary) bool { return b.Name == name })
+	if i < 0 {
+		return Binary{}, false
+	}
+	return c.Binaries[i], true
+}
+
+func (c *Config) binaryNames() string {
+	var names []string
+	for _, b := range c.Binaries {
+		names = append(names, b.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func loadImages(root string) ([]Image, error) {
+	entries, err := os.ReadDir(filepath.Join(root, ImagesDir))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("%s: %w", ImagesDir, err)
+	}
+	var images []Image
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.ToSlash(filepath.Join(ImagesDir, e.Name()))
+		rel := dir + "/" + ImageYAML
+		if _, err := os.Stat(filepath.Join(root, rel)); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%s: folder has no %s; add one or remove the folder", dir, ImageYAML)
+		}
+		var img Image
+		if err := decodeFile(root, rel, &img); err != nil {
+			return nil, err
+		}
+		img.Name, img.Dir = e.Name(), dir
+		images = append(images, img)
+	}
+	sort.Slice(images, func(i, j int) bool { return images[i].Name < images[j].Name })
+	return images, nil
+}
+
+func (img *Image) validate(c *Config, root string) error {
+	f := img.Dir + "/" + ImageYAML
+	if !nameRE.MatchString(img.Name) {
+		return fmt.Errorf("%s: folder name %q is not an image name (lower-case letters, digits, '.', '_', '-')", img.Dir, img.Name)
+	}
+	if len(img.Binaries) == 0 {
+		return fieldErr(f, "binaries", "missing; list the binaries this image carries (known: %s)", c.binaryNames())
+	}
+	seen := map[string]bool{}
+	for i, b := range img.Binaries {
+		if _, ok := c.Binary(b); !ok {
+			return fieldErr(f, fmt.Sprintf("binaries[%d]", i), "unknown binary %q (known: %s; add it to %s binaries)", b, c.binaryNames(), File)
+		}
+		if seen[b] {
+			return fieldErr(f, fmt.Sprintf("binaries[%d]", i), "binary %q listed twice", b)
+		}
+		seen[b] = true
+	}
+	if len(img.Entrypoint) == 0 {
+		return fieldErr(f, "entrypoint", "missing; e.g. [/usr/local/bin/%s]", img.Binaries[0])
+	}
+	if !strings.HasPrefix(img.Entrypoint[0], "/") {
+		return fieldErr(f, "entrypoint[0]", "%q must be an absolute path (images have no shell or PATH lookup guarantees)", img.Entrypoint[0])
+	}
+	if img.User == "" {
+		img.User = DefaultUser
+	}
+	if !userRE.MatchString(img.User) {
+		return fieldErr(f, "user", "%q must be numeric uid[:gid] (the image has no user database to resolve names)", img.User)
+	}
+	if img.Workdir == "" {
+		img.Workdir = "/"
+	}
+	if !strings.HasPrefix(img.Workdir, "/") {
+		return fieldErr(f, "workdir", "%q must be an absolute path", img.Workdir)
+	}
+	for _, k := range sortedKeys(img.Env) {
+		if k == "" || strings.ContainsAny(k, "= \t") {
+			return fieldErr(f, "env."+k, "%q is not an environment variable name", k)
+		}
+	}
+	for _, k := range sortedKeys(img.Labels) {
+		if k == "" {
+			return fieldErr(f, "labels", "empty label key")
+		}
+	}
+	for i, file := range img.Files {
+		field := fmt.Sprintf("files[%d]", i)
+		if file.Src == "" || filepath.IsAbs(file.Src) || strings.HasPrefix(filepath.Clean(file.Src), "..") {
+			return fieldErr(f, field+".src", "%q must be a path inside %s", file.Src, img.Dir)
+		}
+		if _, err := os.Stat(filepath.Join(root, img.Dir, file.Src)); err != nil {
+			return fieldErr(f, field+".src", "%s/%s does not exist", img.Dir, file.Src)
+		}
+		if !strings.HasPrefix(file.Dest, "/") {
+			return fieldErr(f, field+".dest", "%q must be an absolute path in the image", file.Dest)
+		}
+		if file.Mode == "" {
+			img.Files[i].Mode = "0644"
+		} else if !modeRE.MatchString(file.Mode) {
+			return fieldErr(f, field+".mode", "%q is not an octal file mode such as \"0644\"", file.Mode)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,212 @@
+package golang
+
+import (
+	"os"
+	"strings"
+
+	"github.com/moby/buildkit/client/llb"
+	"github.com/moby/buildkit/solver/pb"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/pkg/config"
+	"github.com/kiln-build/kiln/pkg/plan"
+)
+
+// Local source names the solve must map to directories on the client.
+const (
+	LocalContext   = "context"
+	LocalToolchain = "go-toolchain"
+	LocalCACerts   = "ca-certificates"
+)
+
+// Paths inside every Go step. They are fixed so that no host path reaches a
+// cache key or an output.
+const (
+	goroot     = "/usr/local/go"
+	srcDir     = "/src"
+	outDir     = "/out"
+	goCache    = "/root/.cache/go-build"
+	goModCache = "/go/pkg/mod"
+	caDir      = "/etc/ssl/certs"
+)
+
+// ContextExcludes are never sent to BuildKit, on top of .dockerignore.
+var ContextExcludes = []string{".git", "_output"}
+
+// Context is the repository as a local source, .dockerignore applied.
+func Context(excludes []string) llb.State {
+	return llb.Local(LocalContext,
+		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), excludes...)),
+		llb.SharedKeyHint("kiln-context"),
+		llb.WithCustomName("[context] load build context"))
+}
+
+// Toolchain is the pinned toolchain directory, sent from the client after
+// FetchToolchain verified it. Tests and docs of the toolchain are left out.
+func Toolchain(tc plan.Toolchain) llb.State {
+	return llb.Local(LocalToolchain,
+		llb.ExcludePatterns([]string{"test", "api", "doc", "misc", "**/testdata"}),
+		llb.SharedKeyHint("go-toolchain-"+tc.SHA256),
+		llb.WithCustomNamef("[go] toolchain go%s", tc.GoVersion))
+}
+
+// Graph holds the shared inputs of every Go step.
+type Graph struct {
+	Plan      *plan.Plan
+	Context   llb.State
+	Toolchain llb.State
+	// Modules is the module cache the compile steps read: the output of the
+	// download step, or empty when the binaries import the standard library only.
+	Modules llb.State
+}
+
+// NewGraph wires the toolchain, the context and the module download step.
+func NewGraph(p *plan.Plan, context, toolchain llb.State) *Graph {
+	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch()}
+	if len(p.Modules) > 0 {
+		g.Modules = g.downloadModules()
+	}
+	return g
+}
+
+// base is the empty root filesystem every Go step runs in, on the build platform.
+func (g *Graph) base() llb.State {
+	return llb.Scratch().Platform(g.Plan.BuildPlatform)
+}
+
+// goModFiles is go.mod and go.sum alone: the only inputs of the download step.
+func (g *Graph) goModFiles() llb.State {
+	return llb.Scratch().File(
+		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
+			CopyDirContentsOnly: true,
+			IncludePatterns:     []string{"go.mod", "go.sum"},
+			AllowEmptyWildcard:  true,
+		}), llb.WithCustomName("[go] go.mod and go.sum"))
+}
+
+// callerModuleEnv is the caller's module environment, passed to the download
+// step only (it needs it to reach private modules and proxies).
+func callerModuleEnv() []string {
+	var env []string
+	for _, k := range []string{"GOPROXY", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOSUMDB", "GOINSECURE"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	flags := "-modcacherw"
+	if v := os.Getenv("GOFLAGS"); v != "" {
+		flags = v + " " + flags
+	}
+	return append(env, "GOFLAGS="+flags)
+}
+
+// downloadModules fetches the binaries' modules with network into the
+// persistent module cache, then copies them offline (GOPROXY=file://) into
+// a layer of their own, so compiles see exactly the verified modules even
+// if the cache mount is pruned later.
+func (g *Graph) downloadModules() llb.State {
+	mods := g.goModFiles()
+	args := append([]string{goroot + "/bin/go", "mod", "download"}, g.Plan.Modules...)
+	common := []llb.RunOption{
+		llb.Args(args),
+		llb.Dir(srcDir),
+		llb.AddEnv("PATH", goroot+"/bin"),
+		llb.AddEnv("HOME", "/root"),
+		llb.AddEnv("GOTOOLCHAIN", "local"),
+		llb.AddEnv("CGO_ENABLED", "0"),
+		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
+		llb.AddMount(srcDir, mods, llb.Readonly),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+	}
+	fetch := []llb.RunOption{
+		llb.AddEnv("GOMODCACHE", goModCache),
+		llb.AddEnv("SSL_CERT_DIR", caDir),
+		llb.AddMount(caDir, llb.Local(LocalCACerts, llb.SharedKeyHint("ca-certificates")), llb.Readonly),
+		llb.AddMount(goModCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared)),
+		llb.Network(llb.NetModeSandbox),
+		llb.WithCustomName("[go] go mod download"),
+	}
+	for _, kv := range callerModuleEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		fetch = append(fetch, llb.AddEnv(k, v))
+	}
+	fetched := g.base().Run(append(append([]llb.RunOption{}, common...), fetch...)...)
+
+	const cached = "/cache/mod"
+	layer := g.base().Run(append(append([]llb.RunOption{}, common...),
+		llb.AddEnv("GOMODCACHE", goModCache),
+		llb.AddEnv("GOPROXY", "file://"+cached+"/cache/download"),
+		llb.AddEnv("GOSUMDB", "off"),
+		llb.AddEnv("GOFLAGS", "-modcacherw"),
+		// Depend on the fetch step, then read the cache it filled.
+		llb.AddMount("/fetched", fetched.Root(), llb.Readonly),
+		llb.AddMount(cached, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared), llb.Readonly),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName("[go] module layer"),
+	)...)
+	return layer.AddMount(goModCache, llb.Scratch())
+}
+
+// Sources is one binary's source files alone, so an edit elsewhere in the
+// repository does not change its compile step's cache key.
+func (g *Graph) Sources(b plan.Binary) llb.State {
+	return llb.Scratch().File(
+		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
+			CopyDirContentsOnly: true,
+			IncludePatterns:     escapePatterns(b.Files),
+			AllowEmptyWildcard:  true,
+		}), llb.WithCustomNamef("[%s] sources", b.Name))
+}
+
+// Env is the complete environment of a compile step for one platform: the
+// plan's one Go environment plus GOOS/GOARCH/GOARM. Nothing of the host's.
+func Env(p *plan.Plan, target ocispec.Platform) []string {
+	env := []string{
+		"PATH=" + goroot + "/bin",
+		"HOME=/root",
+		"GOCACHE=" + goCache,
+		"GOMODCACHE=" + goModCache,
+	}
+	env = append(env, p.GoEnv.Env...)
+	env = append(env, "GOOS="+target.OS, "GOARCH="+target.Architecture)
+	if goarm := config.GOARM(target); goarm != "" {
+		env = append(env, "GOARM="+goarm)
+	}
+	return env
+}
+
+// Compile builds one binary for one target platform on the build platform,
+// without network. The result holds the binary at /<name>.
+func (g *Graph) Compile(b plan.Binary, src llb.State, target ocispec.Platform) llb.State {
+	args := append([]string{goroot + "/bin/go", "build"}, g.Plan.GoEnv.BuildArgs...)
+	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
+	opts := []llb.RunOption{
+		llb.Args(args),
+		llb.Dir(srcDir),
+		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
+		llb.AddMount(srcDir, src, llb.Readonly),
+		llb.AddMount(goModCache, g.Modules, llb.Readonly),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomNamef("[%s %s] go build", b.Name, config.FormatPlatform(target)),
+	}
+	for _, kv := range Env(g.Plan, target) {
+		k, v, _ := strings.Cut(kv, "=")
+		opts = append(opts, llb.AddEnv(k, v))
+	}
+	return g.base().Run(opts...).AddMount(outDir, llb.Scratch())
+}
+
+// escapePatterns quotes the pattern characters of literal file names.
+func escapePatterns(files []string) []string {
+	out := make([]string, len(files))
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	for i, f := range files {
+		out[i] = r.Replace(f)
+	}
+	return out
+}
+
+var _ = pb.NetMode_NONE
