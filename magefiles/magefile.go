@@ -26,7 +26,7 @@ func logging() {
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
 	if mg.Verbose() {
-		logrus.SetLevel(logrus.DebugLevel)
+		logrus.SetLevel(logrus.InfoLevel)
 	}
 }
 
@@ -116,4 +116,3 @@ func (Buildkit) Prune(ctx context.Context, all *bool) error {
 	logging()
 	return buildkit.Prune(ctx, ".", all != nil && *all, os.Stdout)
 }
-

@@ -279,10 +279,10 @@ func (s *session) imageBuild(img plan.Image) gateway.BuildFunc {
 // the source date, OCI media types.
 func (s *session) exporterAttrs(name string) map[string]string {
 	return map[string]string{
-		"name":                                 name,
-		string(exptypes.OptKeyOCITypes):        "true",
+		"name":                                  name,
+		string(exptypes.OptKeyOCITypes):         "true",
 		string(exptypes.OptKeyRewriteTimestamp): "true",
-		"source-date-epoch":                    strconv.FormatInt(s.plan.SourceDateEpoch, 10),
+		"source-date-epoch":                     strconv.FormatInt(s.plan.SourceDateEpoch, 10),
 	}
 }
 
@@ -307,10 +307,11 @@ func Images(ctx context.Context, opts Options) ([]ImageResult, error) {
 	var jobs []buildkit.Job
 	for _, img := range s.plan.Images {
 		jobs = append(jobs, buildkit.Job{
-			Name:   img.Name,
-			Build:  s.imageBuild(img),
-			Export: client.ExportEntry{Type: client.ExporterOCI, Attrs: s.exporterAttrs(img.Ref)},
-			Dest:   filepath.Join(dir, img.Name+".oci.tar"),
+			Name:          img.Name,
+			Build:         s.imageBuild(img),
+			FrontendAttrs: map[string]string{"platform": strings.Join(s.plan.PlatformIDs(), ",")},
+			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: s.exporterAttrs(img.Ref)},
+			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
 		})
 	}
 	results, err := s.daemon.Solve(ctx, jobs, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})

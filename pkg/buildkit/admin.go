@@ -55,8 +55,8 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 		return fmt.Errorf("disk usage of %s: %w", addr, err)
 	}
 	type kind struct {
-		count      int
-		size       int64
+		count       int
+		size        int64
 		reclaimable int64
 	}
 	byKind := map[string]*kind{}

@@ -22,6 +22,8 @@ import (
 type Job struct {
 	Name  string
 	Build gateway.BuildFunc
+	// FrontendAttrs tell BuildKit what was asked for, e.g. "platform".
+	FrontendAttrs map[string]string
 	// Export is the exporter; for file outputs Output is set by Solve.
 	Export client.ExportEntry
 	// Dest is the final path of the output (a file for tar exporters, a
@@ -119,9 +121,10 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) ([]Re
 		}()
 		eg.Go(func() error {
 			resp, err := d.Build(egCtx, client.SolveOpt{
-				Exports:     []client.ExportEntry{exp},
-				LocalMounts: mounts,
-				SharedKey:   "kiln",
+				Exports:       []client.ExportEntry{exp},
+				LocalMounts:   mounts,
+				SharedKey:     "kiln",
+				FrontendAttrs: job.FrontendAttrs,
 			}, "kiln", job.Build, ch)
 			if err != nil {
 				return fmt.Errorf("%s: %w", job.Name, err)
