@@ -104,17 +104,30 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 	return plan.Resolve(root, cfg, po)
 }
 
-// session is a plan bound to a daemon, with the local sources it needs.
-type session struct {
+// graph is the LLB graph of a plan: compile steps shared by every image
+// that carries the binary, and one root filesystem per image and platform.
+type graph struct {
 	plan   *plan.Plan
-	daemon *buildkit.Daemon
-	locals map[string]string
-	graph  *golang.Graph
-	mode   string
-	source string
+	golang *golang.Graph
 
 	mu       sync.Mutex
 	binaries map[string]llb.State // by "name platform"
+}
+
+func newGraph(p *plan.Plan, excludes []string) *graph {
+	return &graph{
+		plan:     p,
+		golang:   golang.NewGraph(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain)),
+		binaries: map[string]llb.State{},
+	}
+}
+
+// session is a graph bound to a daemon, with the local sources it needs.
+type session struct {
+	*graph
+	daemon *buildkit.Daemon
+	locals map[string]string
+	mode   string
 }
 
 func start(ctx context.Context, opts Options) (*session, error) {
@@ -158,22 +171,13 @@ func start(ctx context.Context, opts Options) (*session, error) {
 	if len(p.Modules) > 0 {
 		locals[golang.LocalCACerts] = "/etc/ssl/certs"
 	}
-	cfg, _ := config.Load(p.Root) // loaded without error by Plan above
-	return &session{
-		plan:     p,
-		daemon:   d,
-		locals:   locals,
-		graph:    golang.NewGraph(p, golang.Context(excludes), golang.Toolchain(p.Toolchain)),
-		mode:     mode,
-		source:   cfg.Source,
-		binaries: map[string]llb.State{},
-	}, nil
+	return &session{graph: newGraph(p, excludes), daemon: d, locals: locals, mode: mode}, nil
 }
 
 func (s *session) close() { s.daemon.Close() }
 
 // binary returns the compile step of one binary for one platform, once.
-func (s *session) binary(name string, target ocispec.Platform) llb.State {
+func (s *graph) binary(name string, target ocispec.Platform) llb.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := name + " " + config.FormatPlatform(target)
@@ -181,7 +185,7 @@ func (s *session) binary(name string, target ocispec.Platform) llb.State {
 		return st
 	}
 	b := s.plan.Binary(name)
-	st := s.graph.Compile(*b, s.graph.Sources(*b), target)
+	st := s.golang.Compile(*b, s.golang.Sources(*b), target)
 	s.binaries[key] = st
 	return st
 }
@@ -212,22 +216,22 @@ func dockerignore(root string) ([]string, error) {
 	return patterns, nil
 }
 
-// ImageStates returns each platform's root filesystem of one image, in plan order.
-func (s *session) imageStates(img plan.Image) []llb.State {
+// imageStates returns each platform's root filesystem of one image, in plan order.
+func (s *graph) imageStates(img plan.Image) []llb.State {
 	states := make([]llb.State, len(s.plan.Platforms))
 	for i, target := range s.plan.Platforms {
 		bins := map[string]llb.State{}
 		for _, b := range img.Binaries {
 			bins[b] = s.binary(b, target)
 		}
-		states[i] = image.Rootfs(img, target, bins, s.graph.Context, s.plan.Created())
+		states[i] = image.Rootfs(img, target, bins, s.golang.Context, s.plan.Created())
 	}
 	return states
 }
 
 // imageBuild is the gateway build of one multi-platform image: one ref per
 // platform plus the platforms metadata, as the Dockerfile frontend returns.
-func (s *session) imageBuild(img plan.Image) gateway.BuildFunc {
+func (s *graph) imageBuild(img plan.Image) gateway.BuildFunc {
 	states := s.imageStates(img)
 	return func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
 		res := gateway.NewResult()
@@ -248,7 +252,7 @@ func (s *session) imageBuild(img plan.Image) gateway.BuildFunc {
 				if err != nil {
 					return err
 				}
-				cfg, err := json.Marshal(image.Config(s.plan, img, target, s.source))
+				cfg, err := json.Marshal(image.Config(s.plan, img, target))
 				if err != nil {
 					return err
 				}
@@ -277,7 +281,7 @@ func (s *session) imageBuild(img plan.Image) gateway.BuildFunc {
 
 // exporterAttrs make the export reproducible: layer timestamps rewritten to
 // the source date, OCI media types.
-func (s *session) exporterAttrs(name string) map[string]string {
+func (s *graph) exporterAttrs(name string) map[string]string {
 	return map[string]string{
 		"name":                                  name,
 		string(exptypes.OptKeyOCITypes):         "true",

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/moby/buildkit/client/llb"
-	"github.com/moby/buildkit/solver/pb"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/pkg/config"
@@ -33,11 +33,21 @@ const (
 // ContextExcludes are never sent to BuildKit, on top of .dockerignore.
 var ContextExcludes = []string{".git", "_output"}
 
+// LocalID names the machine and directory a local source comes from, so the
+// daemon can reuse a previous transfer. It is stable (the definition must
+// marshal to the same bytes every time) and reaches no output: steps that use
+// a local source are keyed on its content.
+func LocalID(dir string) llb.ConstraintsOpt {
+	host, _ := os.Hostname()
+	return llb.LocalUniqueID(digest.FromString(host + "\x00" + dir).Encoded()[:24])
+}
+
 // Context is the repository as a local source, .dockerignore applied.
-func Context(excludes []string) llb.State {
+func Context(root string, excludes []string) llb.State {
 	return llb.Local(LocalContext,
 		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), excludes...)),
 		llb.SharedKeyHint("kiln-context"),
+		LocalID(root),
 		llb.WithCustomName("[context] load build context"))
 }
 
@@ -45,6 +55,7 @@ func Context(excludes []string) llb.State {
 // FetchToolchain verified it. Tests and docs of the toolchain are left out.
 func Toolchain(tc plan.Toolchain) llb.State {
 	return llb.Local(LocalToolchain,
+		LocalID("go-toolchain"),
 		llb.ExcludePatterns([]string{"test", "api", "doc", "misc", "**/testdata"}),
 		llb.SharedKeyHint("go-toolchain-"+tc.SHA256),
 		llb.WithCustomNamef("[go] toolchain go%s", tc.GoVersion))
@@ -122,7 +133,7 @@ func (g *Graph) downloadModules() llb.State {
 	fetch := []llb.RunOption{
 		llb.AddEnv("GOMODCACHE", goModCache),
 		llb.AddEnv("SSL_CERT_DIR", caDir),
-		llb.AddMount(caDir, llb.Local(LocalCACerts, llb.SharedKeyHint("ca-certificates")), llb.Readonly),
+		llb.AddMount(caDir, llb.Local(LocalCACerts, llb.SharedKeyHint("ca-certificates"), LocalID(LocalCACerts)), llb.Readonly),
 		llb.AddMount(goModCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared)),
 		llb.Network(llb.NetModeSandbox),
 		llb.WithCustomName("[go] go mod download"),
@@ -208,5 +219,3 @@ func escapePatterns(files []string) []string {
 	}
 	return out
 }
-
-var _ = pb.NetMode_NONE

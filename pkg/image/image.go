@@ -78,7 +78,7 @@ func userDatabase(user string) (passwd, group []byte) {
 
 // Config is the OCI image config of one image for one platform. The
 // exporter fills in the layer diff ids and history.
-func Config(p *plan.Plan, img plan.Image, target ocispec.Platform, source string) ocispec.Image {
+func Config(p *plan.Plan, img plan.Image, target ocispec.Platform) ocispec.Image {
 	created := p.Created()
 	env := []string{"PATH=" + BinDir + ":/usr/bin:/bin"}
 	for _, k := range slices.Sorted(maps.Keys(img.Env)) {
@@ -91,8 +91,8 @@ func Config(p *plan.Plan, img plan.Image, target ocispec.Platform, source string
 	if rev := p.Revision(); rev != "" {
 		labels[ocispec.AnnotationRevision] = rev
 	}
-	if source != "" {
-		labels[ocispec.AnnotationSource] = source
+	if p.Source != "" {
+		labels[ocispec.AnnotationSource] = p.Source
 	}
 	return ocispec.Image{
 		Created:  &created,

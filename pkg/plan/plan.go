@@ -38,6 +38,8 @@ type Plan struct {
 	Stamp           Stamp              `json:"stamp"`
 	SourceDateEpoch int64              `json:"sourceDateEpoch"`
 	Cache           config.Cache       `json:"cache"`
+	// Source is the repository URL for the image source label.
+	Source string `json:"source"`
 	// Modules are the module@version pairs the binaries import, downloaded
 	// in their own step; empty when they use the standard library only.
 	Modules []string `json:"modules"`
@@ -105,7 +107,7 @@ const (
 
 // Resolve turns a configuration into a plan.
 func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
-	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms}
+	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source}
 	if len(opts.Platforms) > 0 {
 		p.Platforms = opts.Platforms
 	}
