@@ -106,6 +106,8 @@ var (
 	userRE    = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
 	tagRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 	modeRE    = regexp.MustCompile(`^0?[0-7]{3,4}$`)
+
+	unknownFieldRE = regexp.MustCompile(`^line ([0-9]+): field (\S+) not found in type \S+$`)
 )
 
 // Load reads and validates the configuration under the repository root.
@@ -161,7 +163,7 @@ func yamlMessage(err error) string {
 	if errors.As(err, &te) {
 		msgs := make([]string, len(te.Errors))
 		for i, e := range te.Errors {
-			msgs[i] = strings.Replace(e, "not found in type", "is unknown in", 1)
+			msgs[i] = unknownFieldRE.ReplaceAllString(e, `line $1: unknown field "$2" (check its spelling and indentation)`)
 		}
 		return strings.Join(msgs, "; ")
 	}

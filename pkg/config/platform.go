@@ -25,7 +25,7 @@ func ParsePlatform(s string) (ocispec.Platform, error) {
 		return ocispec.Platform{}, fmt.Errorf("empty platform (want os/arch[/variant], e.g. linux/arm64)")
 	}
 	p, err := platforms.Parse(s)
-	if err != nil {
+	if err != nil || !strings.Contains(s, "/") {
 		return ocispec.Platform{}, fmt.Errorf("invalid platform %q (want os/arch[/variant], e.g. linux/arm64)", s)
 	}
 	p = platforms.Normalize(p)

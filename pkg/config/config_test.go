@@ -1,0 +1,199 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const goodKiln = `toolchain:
+  go: "1.26.8"
+  sha256:
+    linux/amd64: 30c2b1bf7dcc88d3eb0a1364e47ddd9128edb3110a30e8a0ef61cd5856b31de7
+platforms: [linux/amd64, linux/arm64]
+go:
+  tags: []
+  ldflags: "-s -w"
+binaries:
+  - name: antctl
+    package: ./cmd/antctl
+  - name: antrea-agent
+    package: ./cmd/antrea-agent
+stamp:
+  package: example.com/m/pkg/version
+cache:
+  gocache: kiln-gocache
+  gomodcache: kiln-gomodcache
+repository: antrea
+tag: latest
+`
+
+const goodImage = `binaries: [antrea-agent, antctl]
+entrypoint: [/usr/local/bin/antrea-agent]
+`
+
+// repo writes a configuration tree; files maps paths to contents, and a
+// nil-like "-" content deletes the default file.
+func repo(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	all := map[string]string{File: goodKiln, "images/antrea-agent/image.yaml": goodImage}
+	for k, v := range files {
+		all[k] = v
+	}
+	for rel, content := range all {
+		if content == "-" {
+			continue
+		}
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestLoadGood(t *testing.T) {
+	c, err := Load(repo(t, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Images) != 1 || c.Images[0].User != DefaultUser || c.Images[0].Workdir != "/" {
+		t.Errorf("image defaults not applied: %+v", c.Images)
+	}
+	if got := FormatPlatform(c.ParsedPlatforms[1]); got != "linux/arm64" {
+		t.Errorf("platforms[1] = %s", got)
+	}
+}
+
+func TestLoadRepositoryConfig(t *testing.T) {
+	if _, err := Load("../.."); err != nil {
+		t.Fatalf("the repository's own configuration does not load: %v", err)
+	}
+}
+
+func TestLoadBadInput(t *testing.T) {
+	img := "images/antrea-agent/image.yaml"
+	kiln := func(old, new string) map[string]string {
+		if !strings.Contains(goodKiln, old) {
+			t.Fatalf("test setup: %q not in kiln.yaml", old)
+		}
+		return map[string]string{File: strings.Replace(goodKiln, old, new, 1)}
+	}
+	image := func(content string) map[string]string { return map[string]string{img: content} }
+	tests := []struct {
+		name  string
+		files map[string]string
+		want  []string // every one must appear in the error
+	}{
+		{"unknown binary in image", image("binaries: [antrea-agent, antrea-foo]\nentrypoint: [/x]\n"), []string{img, "binaries[1]", `unknown binary "antrea-foo"`, "antctl, antrea-agent"}},
+		{"unknown field in image", image(goodImage + "entrypiont: [/x]\n"), []string{img, "line 3", "entrypiont"}},
+		{"unknown field in kiln.yaml", kiln("tag: latest", "tag: latest\ntagz: x"), []string{File, "line 21", `unknown field "tagz"`}},
+		{"malformed yaml", kiln("platforms: [linux/amd64, linux/arm64]", "platforms: [linux/amd64"), []string{File, "line"}},
+		{"wrong type", kiln("platforms: [linux/amd64, linux/arm64]", "platforms: linux/amd64"), []string{File, "line 5"}},
+		{"invalid platform", kiln("linux/arm64]", "linux/arm64/v8/x]"), []string{File, "platforms[1]", "invalid platform"}},
+		{"unsupported platform", kiln("linux/arm64]", "plan9/mips]"), []string{File, "platforms[1]", "unsupported platform"}},
+		{"duplicate platform", kiln("linux/arm64]", "linux/amd64]"), []string{File, "platforms[1]", "twice"}},
+		{"no platforms", kiln("platforms: [linux/amd64, linux/arm64]", "platforms: []"), []string{File, "platforms", "missing"}},
+		{"image folder without image.yaml", map[string]string{"images/empty/README": "x"}, []string{"images/empty", "no image.yaml"}},
+		{"missing kiln.yaml", map[string]string{File: "-"}, []string{File, "not found"}},
+		{"empty kiln.yaml", map[string]string{File: ""}, []string{File, "empty"}},
+		{"two documents", kiln("tag: latest", "tag: latest\n---\ntag: x"), []string{File, "more than one"}},
+		{"bad toolchain hash", kiln("30c2b1bf7dcc88d3eb0a1364e47ddd9128edb3110a30e8a0ef61cd5856b31de7", "abc"), []string{File, "toolchain.sha256.linux/amd64", "64"}},
+		{"no toolchain version", kiln(`go: "1.26.8"`, `go: ""`), []string{File, "toolchain.go", "missing"}},
+		{"bad toolchain version", kiln(`go: "1.26.8"`, `go: "latest"`), []string{File, "toolchain.go", "latest"}},
+		{"non-linux build platform", kiln("    linux/amd64: 30c2", "    darwin/arm64: 30c2"), []string{File, "toolchain.sha256.darwin/arm64", "linux"}},
+		{"cgo tag", kiln("tags: []", "tags: [cgo]"), []string{File, "go.tags[0]", "CGO_ENABLED=0"}},
+		{"external linking", kiln(`ldflags: "-s -w"`, `ldflags: "-linkmode=external"`), []string{File, "go.ldflags"}},
+		{"-X in ldflags", kiln(`ldflags: "-s -w"`, `ldflags: "-X main.v=1"`), []string{File, "go.ldflags", "stamp"}},
+		{"duplicate binary", kiln("name: antrea-agent", "name: antctl"), []string{File, "binaries[1].name", "twice"}},
+		{"bad binary name", kiln("name: antrea-agent", "name: Antrea Agent"), []string{File, "binaries[1].name"}},
+		{"package outside module", kiln("package: ./cmd/antctl", "package: ../other"), []string{File, "binaries[0].package"}},
+		{"no binaries", kiln("binaries:\n  - name: antctl\n    package: ./cmd/antctl\n  - name: antrea-agent\n    package: ./cmd/antrea-agent\n", "binaries: []\n"), []string{File, "binaries", "missing"}},
+		{"no stamp package", kiln("package: example.com/m/pkg/version", `package: ""`), []string{File, "stamp.package"}},
+		{"bad cache id", kiln("gocache: kiln-gocache", "gocache: Kiln Cache"), []string{File, "cache.gocache"}},
+		{"same cache ids", kiln("gomodcache: kiln-gomodcache", "gomodcache: kiln-gocache"), []string{File, "cache.gomodcache"}},
+		{"bad repository", kiln("repository: antrea", "repository: Antrea!"), []string{File, "repository"}},
+		{"bad tag", kiln("tag: latest", "tag: -x:y"), []string{File, "tag"}},
+		{"image without binaries", image("entrypoint: [/x]\n"), []string{img, "binaries", "missing"}},
+		{"duplicate binary in image", image("binaries: [antctl, antctl]\nentrypoint: [/x]\n"), []string{img, "binaries[1]", "twice"}},
+		{"relative entrypoint", image("binaries: [antctl]\nentrypoint: [antctl]\n"), []string{img, "entrypoint[0]", "absolute"}},
+		{"no entrypoint", image("binaries: [antctl]\n"), []string{img, "entrypoint", "missing"}},
+		{"user by name", image(goodImage + "user: nobody\n"), []string{img, "user", "numeric"}},
+		{"relative workdir", image(goodImage + "workdir: app\n"), []string{img, "workdir", "absolute"}},
+		{"bad env name", image(goodImage + "env:\n  \"A B\": x\n"), []string{img, "env.A B"}},
+		{"missing extra file", image(goodImage + "files:\n  - src: nope.conf\n    dest: /etc/nope.conf\n"), []string{img, "files[0].src", "does not exist"}},
+		{"escaping extra file", image(goodImage + "files:\n  - src: ../../build/kiln.yaml\n    dest: /x\n"), []string{img, "files[0].src"}},
+		{"bad file mode", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: /etc/a.conf\n    mode: rwx\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].mode"}},
+		{"relative file dest", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: etc/a.conf\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].dest"}},
+		{"bad image folder name", map[string]string{"images/Bad_Name/image.yaml": goodImage}, []string{"images/Bad_Name", "image name"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(repo(t, tt.files))
+			if err == nil {
+				t.Fatal("Load accepted bad input")
+			}
+			for _, want := range tt.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not mention %q", err, want)
+				}
+			}
+			if strings.Count(err.Error(), "\n") > 0 {
+				t.Errorf("error is not one line: %q", err)
+			}
+		})
+	}
+}
+
+func TestParsePlatform(t *testing.T) {
+	good := map[string]string{
+		"linux/amd64":    "linux/amd64",
+		"linux/arm64":    "linux/arm64",
+		"linux/arm64/v8": "linux/arm64",
+		"linux/arm":      "linux/arm/v7",
+		"linux/arm/v7":   "linux/arm/v7",
+		"linux/arm/v6":   "linux/arm/v6",
+		"linux/x86_64":   "linux/amd64",
+		" linux/amd64 ":  "linux/amd64",
+		"windows/amd64":  "windows/amd64",
+	}
+	for in, want := range good {
+		p, err := ParsePlatform(in)
+		if err != nil {
+			t.Errorf("ParsePlatform(%q): %v", in, err)
+			continue
+		}
+		if got := FormatPlatform(p); got != want {
+			t.Errorf("ParsePlatform(%q) = %s, want %s", in, got, want)
+		}
+	}
+	for _, bad := range []string{"", "linux", "linux/", "linux/amd64/v9/x", "plan9/386", "linux/mips", "LINUX//amd64", "linux/arm/v5"} {
+		if p, err := ParsePlatform(bad); err == nil {
+			t.Errorf("ParsePlatform(%q) = %s, want an error", bad, FormatPlatform(p))
+		}
+	}
+	if _, err := ParsePlatforms("linux/amd64,linux/amd64"); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate platforms: %v", err)
+	}
+}
+
+func FuzzParsePlatform(f *testing.F) {
+	for _, s := range []string{"linux/amd64", "linux/arm/v7", "", "/", "linux//", "a/b/c/d", "windows/arm64"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := ParsePlatform(s)
+		if err != nil {
+			return
+		}
+		again, err := ParsePlatform(FormatPlatform(p))
+		if err != nil || FormatPlatform(again) != FormatPlatform(p) {
+			t.Fatalf("%q parsed to %s, which does not parse back to itself", s, FormatPlatform(p))
+		}
+	})
+}
