@@ -95,7 +95,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) ([]Re
 	eg, egCtx := errgroup.WithContext(ctx)
 	for i, job := range jobs {
 		exp := job.Export
-		tmp, err := tempFor(job.Dest)
+		tmp, err := tempFor(job.Dest, exp.Type == client.ExporterLocal)
 		if err != nil {
 			cleanup()
 			close(statusCh)
@@ -152,12 +152,16 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) ([]Re
 
 // tempFor reserves a temporary name beside dest, on the same file system,
 // so the final rename is atomic.
-func tempFor(dest string) (string, error) {
+func tempFor(dest string, isDir bool) (string, error) {
 	dir := filepath.Dir(dest)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(dest)+".tmp-*")
+	pattern := "." + filepath.Base(dest) + ".tmp-*"
+	if isDir {
+		return os.MkdirTemp(dir, pattern)
+	}
+	f, err := os.CreateTemp(dir, pattern)
 	if err != nil {
 		return "", err
 	}

@@ -1,0 +1,64 @@
+// Package testdaemon starts the real daemons integration tests need. A test
+// that cannot get one skips, unless CI is set, where it fails: a skip in CI
+// would hide a missing install step.
+package testdaemon
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kiln-build/kiln/pkg/buildkit"
+)
+
+// Unavailable skips the test, or fails it in CI.
+func Unavailable(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("CI is set, so this may not skip: "+format, args...)
+	}
+	t.Skipf(format, args...)
+}
+
+// RepoRoot is the repository root, from a package two levels down.
+func RepoRoot(t testing.TB) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// Buildkit starts a private managed buildkitd (its own state, the shared
+// cached binary), points BUILDKIT_HOST at it for the test, and stops it at
+// the end. Integration tests are skipped with -short.
+func Buildkit(t *testing.T) *buildkit.Daemon {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs buildkitd")
+	}
+	root := RepoRoot(t)
+	m, err := buildkit.DefaultManaged(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A short path: unix socket paths are limited to 108 bytes.
+	dir, err := os.MkdirTemp("", "kiln-bk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Dir = dir
+	c, err := m.Ensure(context.Background())
+	if err != nil {
+		Unavailable(t, "cannot start buildkitd: %v", err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		m.Stop(context.Background())
+		os.RemoveAll(dir)
+	})
+	t.Setenv(buildkit.HostEnv, m.Address())
+	return &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}
+}

@@ -1,0 +1,378 @@
+package build_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/buildkit/client"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/testdaemon"
+	"github.com/kiln-build/kiln/pkg/build"
+)
+
+func TestImagesIntegration(t *testing.T) {
+	d := testdaemon.Buildkit(t)
+	root := testdaemon.RepoRoot(t)
+	ctx := context.Background()
+	opts := build.Options{Root: root, Platforms: "linux/amd64,linux/arm64", Progress: "quiet", OutDir: t.TempDir()}
+
+	first, err := build.Images(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 2 {
+		t.Fatalf("built %d images, want antrea-agent and antrea-controller", len(first))
+	}
+	wantBinaries := map[string][]string{
+		"antrea-agent":      {"antrea-agent", "antrea-cni", "antctl"},
+		"antrea-controller": {"antrea-controller", "antctl"},
+	}
+	for _, img := range first {
+		t.Run("inspect "+img.Name, func(t *testing.T) {
+			layout := readLayout(t, img.Path)
+			if layout.indexDigest != img.Digest {
+				t.Errorf("index digest %s in the tarball, %s reported", layout.indexDigest, img.Digest)
+			}
+			var plats []string
+			for _, m := range layout.manifests {
+				plats = append(plats, m.platform)
+			}
+			if strings.Join(plats, ",") != "linux/amd64,linux/arm64" {
+				t.Fatalf("index platforms %v, want linux/amd64 then linux/arm64", plats)
+			}
+			for _, m := range layout.manifests {
+				if m.config.Config.User != "65532:65532" {
+					t.Errorf("%s: user %q, want 65532:65532", m.platform, m.config.Config.User)
+				}
+				if m.files["tmp"].mode&0o7777 != 0o1777 {
+					t.Errorf("%s: /tmp mode %o, want 1777", m.platform, m.files["tmp"].mode)
+				}
+				for path, f := range m.files {
+					if f.uid != 0 || f.gid != 0 {
+						t.Errorf("%s: %s owned by %d:%d, want root", m.platform, path, f.uid, f.gid)
+					}
+				}
+				for _, b := range wantBinaries[img.Name] {
+					f, ok := m.files["usr/local/bin/"+b]
+					if !ok {
+						t.Errorf("%s: %s missing", m.platform, b)
+						continue
+					}
+					checkELF(t, m.platform+" "+b, f.data, m.platform)
+				}
+			}
+			amd64 := layout.manifests[0].files["usr/local/bin/antctl"].data
+			out := runBinary(t, amd64, "version")
+			for _, want := range []string{"antctl version", "linux/amd64", "cgo=off", "go1.26.8"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("antctl version says %q, want %q in it", out, want)
+				}
+			}
+		})
+	}
+
+	t.Run("same digests from another checkout directory", func(t *testing.T) {
+		copyDir := t.TempDir()
+		copyTree(t, root, copyDir)
+		o := opts
+		o.Root, o.OutDir = copyDir, t.TempDir()
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, first, again)
+	})
+
+	t.Run("same digests after a full prune", func(t *testing.T) {
+		if err := d.Prune(ctx, nil, client.PruneAll); err != nil {
+			t.Fatal(err)
+		}
+		usage, err := d.DiskUsage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range usage {
+			if u.RecordType == client.UsageRecordTypeCacheMount {
+				t.Fatalf("cache mount %s survived the full prune", u.ID)
+			}
+		}
+		o := opts
+		o.OutDir = t.TempDir()
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, first, again)
+	})
+
+	t.Run("same digests when mage runs under another Go", func(t *testing.T) {
+		cmd := exec.Command("go", "run", "mage.go", "images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=go1.27.3", "GOFLAGS=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mage under go1.27.3: %v\n%s", err, out)
+		}
+		for _, img := range first {
+			if !strings.Contains(string(out), img.Ref+"\t"+img.Digest) {
+				t.Errorf("%s: digest %s not in the output of mage under go1.27.3:\n%s", img.Ref, img.Digest, out)
+			}
+		}
+	})
+
+	t.Run("binaries", func(t *testing.T) {
+		o := opts
+		o.Platforms = "linux/amd64,linux/arm/v7"
+		o.OutDir = t.TempDir()
+		dir, err := build.Binaries(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, plat := range []string{"linux_amd64", "linux_arm_v7"} {
+			for _, b := range []string{"antctl", "antrea-agent", "antrea-cni", "antrea-controller"} {
+				data, err := os.ReadFile(filepath.Join(dir, plat, b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkELF(t, plat+" "+b, data, strings.ReplaceAll(plat, "_", "/"))
+			}
+		}
+		cni := exec.Command(filepath.Join(dir, "linux_amd64", "antrea-cni"))
+		cni.Env = []string{"CNI_COMMAND=VERSION"}
+		if out, err := cni.Output(); err != nil || !strings.Contains(string(out), `"supportedVersions"`) {
+			t.Errorf("antrea-cni VERSION: %v %s", err, out)
+		}
+	})
+
+	t.Run("compile error shows that step's output only", func(t *testing.T) {
+		copyDir := t.TempDir()
+		copyTree(t, root, copyDir)
+		bad := filepath.Join(copyDir, "pkg", "cni", "cni.go")
+		src, err := os.ReadFile(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(bad, append(src, []byte("\nfunc broken() { undefinedThing() }\n")...), 0o644)
+		out := filepath.Join(copyDir, "_output")
+		_, err = build.Binaries(ctx, build.Options{Root: copyDir, Platforms: "linux/amd64", Progress: "quiet", OutDir: out})
+		if err == nil {
+			t.Fatal("a broken package built")
+		}
+		msg := err.Error()
+		for _, want := range []string{"[antrea-cni linux/amd64] go build", "undefinedThing"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error does not mention %q:\n%s", want, msg)
+			}
+		}
+		if strings.Contains(msg, "[antrea-agent") {
+			t.Errorf("error mentions other binaries:\n%s", msg)
+		}
+		if entries, _ := os.ReadDir(out); len(entries) != 0 {
+			t.Errorf("a failed build left outputs: %v", entries)
+		}
+	})
+}
+
+func TestUnreachableBuildkitHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	addr := "unix:///nonexistent/kiln-test/buildkitd.sock"
+	t.Setenv("BUILDKIT_HOST", addr)
+	out := t.TempDir()
+	_, err := build.Images(context.Background(), build.Options{Root: testdaemon.RepoRoot(t), Progress: "quiet", OutDir: out})
+	if err == nil {
+		t.Fatal("built without a daemon")
+	}
+	for _, want := range []string{addr, "BUILDKIT_HOST"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("outputs left behind: %v", entries)
+	}
+}
+
+func sameDigests(t *testing.T, want, got []build.ImageResult) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%d images, then %d", len(want), len(got))
+	}
+	for i := range want {
+		if want[i].Digest != got[i].Digest {
+			t.Errorf("%s: digest %s, then %s", want[i].Name, want[i].Digest, got[i].Digest)
+		}
+	}
+}
+
+type layerFile struct {
+	mode     int64
+	uid, gid int
+	data     []byte
+}
+
+type manifest struct {
+	platform string
+	config   ocispec.Image
+	files    map[string]layerFile
+}
+
+type layout struct {
+	indexDigest string
+	manifests   []manifest
+}
+
+// readLayout reads an OCI layout tarball: the image index, each platform's
+// config and the files of its layers.
+func readLayout(t *testing.T, path string) layout {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	blobs := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobs[h.Name] = data
+	}
+	blob := func(dgst string, v any) []byte {
+		data, ok := blobs["blobs/"+strings.Replace(dgst, ":", "/", 1)]
+		if !ok {
+			t.Fatalf("blob %s missing", dgst)
+		}
+		if v != nil {
+			if err := json.Unmarshal(data, v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return data
+	}
+	var top, index ocispec.Index
+	if err := json.Unmarshal(blobs["index.json"], &top); err != nil || len(top.Manifests) != 1 {
+		t.Fatalf("index.json: %v %s", err, blobs["index.json"])
+	}
+	l := layout{indexDigest: top.Manifests[0].Digest.String()}
+	blob(l.indexDigest, &index)
+	for _, desc := range index.Manifests {
+		var m ocispec.Manifest
+		blob(desc.Digest.String(), &m)
+		mf := manifest{platform: desc.Platform.OS + "/" + desc.Platform.Architecture, files: map[string]layerFile{}}
+		blob(m.Config.Digest.String(), &mf.config)
+		for _, layer := range m.Layers {
+			zr, err := gzip.NewReader(bytes.NewReader(blob(layer.Digest.String(), nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			lr := tar.NewReader(zr)
+			for {
+				h, err := lr.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					t.Fatal(err)
+				}
+				data, _ := io.ReadAll(lr)
+				mf.files[strings.TrimSuffix(h.Name, "/")] = layerFile{mode: h.Mode, uid: h.Uid, gid: h.Gid, data: data}
+			}
+		}
+		l.manifests = append(l.manifests, mf)
+	}
+	return l
+}
+
+var machines = map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64, "linux/arm/v7": elf.EM_ARM}
+
+// checkELF asserts the binary targets the platform and is statically linked.
+func checkELF(t *testing.T, what string, data []byte, platform string) {
+	t.Helper()
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		t.Errorf("%s: not an ELF: %v", what, err)
+		return
+	}
+	if want := machines[platform]; f.Machine != want {
+		t.Errorf("%s: ELF machine %v, want %v", what, f.Machine, want)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s: has an ELF interpreter: dynamically linked", what)
+		}
+	}
+}
+
+func runBinary(t *testing.T, data []byte, args ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(path, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", path, args, err, out)
+	}
+	return string(out)
+}
+
+// copyTree copies a checkout, .git included, without build outputs.
+func copyTree(t *testing.T, from, to string) {
+	t.Helper()
+	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, path)
+		if rel == "_output" {
+			return filepath.SkipDir
+		}
+		dst := filepath.Join(to, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, info.Mode().Perm()|0o700)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, dst)
+		case d.Type().IsRegular():
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(dst, data, info.Mode().Perm())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
