@@ -3,6 +3,8 @@ package buildkit
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"time"
 
@@ -47,6 +49,9 @@ func Connect(ctx context.Context, repoRoot string) (*Daemon, error) {
 
 // Dial connects to a daemon at addr and checks that it answers.
 func Dial(ctx context.Context, addr string) (*client.Client, error) {
+	if err := probe(addr); err != nil {
+		return nil, fmt.Errorf("BuildKit at %q is unreachable: %w; start buildkitd there or fix %s, or unset it to let kiln start a local daemon", addr, err, HostEnv)
+	}
 	c, err := client.New(ctx, addr)
 	if err != nil {
 		return nil, fmt.Errorf("connect to BuildKit at %q: %w; check %s, or unset it to let kiln start a local daemon", addr, err, HostEnv)
@@ -58,4 +63,25 @@ func Dial(ctx context.Context, addr string) (*client.Client, error) {
 		return nil, fmt.Errorf("BuildKit at %q does not answer: %w; check that buildkitd runs there and %s is right, or unset it to let kiln start a local daemon", addr, err, HostEnv)
 	}
 	return c, nil
+}
+
+// probe fails fast for the address kinds that can be checked without
+// gRPC, which otherwise retries until its deadline.
+func probe(addr string) error {
+	u, err := url.Parse(addr)
+	if err != nil {
+		return err
+	}
+	switch u.Scheme {
+	case "unix":
+		_, err := os.Stat(u.Path)
+		return err
+	case "tcp":
+		conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+	return nil
 }
