@@ -1,14 +1,9 @@
 package build_test
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"debug/elf"
-	"encoding/json"
-	"errors"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -17,10 +12,10 @@ import (
 	"testing"
 
 	"github.com/moby/buildkit/client"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/pkg/build"
+	"github.com/kiln-build/kiln/pkg/verify"
 )
 
 func TestImagesIntegration(t *testing.T) {
@@ -42,40 +37,45 @@ func TestImagesIntegration(t *testing.T) {
 	}
 	for _, img := range first {
 		t.Run("inspect "+img.Name, func(t *testing.T) {
-			layout := readLayout(t, img.Path)
-			if layout.indexDigest != img.Digest {
-				t.Errorf("index digest %s in the tarball, %s reported", layout.indexDigest, img.Digest)
+			layout, err := verify.ReadLayout(img.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if layout.IndexDigest != img.Digest {
+				t.Errorf("index digest %s in the tarball, %s reported", layout.IndexDigest, img.Digest)
 			}
 			var plats []string
-			for _, m := range layout.manifests {
-				plats = append(plats, m.platform)
+			for _, m := range layout.Manifests {
+				plats = append(plats, m.Platform)
 			}
 			if strings.Join(plats, ",") != "linux/amd64,linux/arm64" {
 				t.Fatalf("index platforms %v, want linux/amd64 then linux/arm64", plats)
 			}
-			for _, m := range layout.manifests {
-				if m.config.Config.User != "65532:65532" {
-					t.Errorf("%s: user %q, want 65532:65532", m.platform, m.config.Config.User)
+			for _, m := range layout.Manifests {
+				if m.Config.Config.User != "65532:65532" {
+					t.Errorf("%s: user %q, want 65532:65532", m.Platform, m.Config.Config.User)
 				}
-				if m.files["tmp"].mode&0o7777 != 0o1777 {
-					t.Errorf("%s: /tmp mode %o, want 1777", m.platform, m.files["tmp"].mode)
+				if tmp, _ := m.File("tmp"); tmp.Mode&0o7777 != 0o1777 {
+					t.Errorf("%s: /tmp mode %o, want 1777", m.Platform, tmp.Mode)
 				}
-				for path, f := range m.files {
-					if f.uid != 0 || f.gid != 0 {
-						t.Errorf("%s: %s owned by %d:%d, want root", m.platform, path, f.uid, f.gid)
+				for _, l := range m.Layers {
+					for _, f := range l.Files {
+						if f.UID != 0 || f.GID != 0 {
+							t.Errorf("%s: %s owned by %d:%d, want root", m.Platform, f.Path, f.UID, f.GID)
+						}
 					}
 				}
 				for _, b := range wantBinaries[img.Name] {
-					f, ok := m.files["usr/local/bin/"+b]
+					f, ok := m.File("usr/local/bin/" + b)
 					if !ok {
-						t.Errorf("%s: %s missing", m.platform, b)
+						t.Errorf("%s: %s missing", m.Platform, b)
 						continue
 					}
-					checkELF(t, m.platform+" "+b, f.data, m.platform)
+					checkELF(t, m.Platform+" "+b, f.Data, m.Platform)
 				}
 			}
-			amd64 := layout.manifests[0].files["usr/local/bin/antctl"].data
-			out := runBinary(t, amd64, "version")
+			antctl, _ := layout.Manifests[0].File("usr/local/bin/antctl")
+			out := runBinary(t, antctl.Data, "version")
 			for _, want := range []string{"antctl version", "linux/amd64", "cgo=off", "go1.26.8"} {
 				if !strings.Contains(out, want) {
 					t.Errorf("antctl version says %q, want %q in it", out, want)
@@ -217,92 +217,6 @@ func sameDigests(t *testing.T, want, got []build.ImageResult) {
 			t.Errorf("%s: digest %s, then %s", want[i].Name, want[i].Digest, got[i].Digest)
 		}
 	}
-}
-
-type layerFile struct {
-	mode     int64
-	uid, gid int
-	data     []byte
-}
-
-type manifest struct {
-	platform string
-	config   ocispec.Image
-	files    map[string]layerFile
-}
-
-type layout struct {
-	indexDigest string
-	manifests   []manifest
-}
-
-// readLayout reads an OCI layout tarball: the image index, each platform's
-// config and the files of its layers.
-func readLayout(t *testing.T, path string) layout {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	blobs := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		blobs[h.Name] = data
-	}
-	blob := func(dgst string, v any) []byte {
-		data, ok := blobs["blobs/"+strings.Replace(dgst, ":", "/", 1)]
-		if !ok {
-			t.Fatalf("blob %s missing", dgst)
-		}
-		if v != nil {
-			if err := json.Unmarshal(data, v); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return data
-	}
-	var top, index ocispec.Index
-	if err := json.Unmarshal(blobs["index.json"], &top); err != nil || len(top.Manifests) != 1 {
-		t.Fatalf("index.json: %v %s", err, blobs["index.json"])
-	}
-	l := layout{indexDigest: top.Manifests[0].Digest.String()}
-	blob(l.indexDigest, &index)
-	for _, desc := range index.Manifests {
-		var m ocispec.Manifest
-		blob(desc.Digest.String(), &m)
-		mf := manifest{platform: desc.Platform.OS + "/" + desc.Platform.Architecture, files: map[string]layerFile{}}
-		blob(m.Config.Digest.String(), &mf.config)
-		for _, layer := range m.Layers {
-			zr, err := gzip.NewReader(bytes.NewReader(blob(layer.Digest.String(), nil)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			lr := tar.NewReader(zr)
-			for {
-				h, err := lr.Next()
-				if errors.Is(err, io.EOF) {
-					break
-				} else if err != nil {
-					t.Fatal(err)
-				}
-				data, _ := io.ReadAll(lr)
-				mf.files[strings.TrimSuffix(h.Name, "/")] = layerFile{mode: h.Mode, uid: h.Uid, gid: h.Gid, data: data}
-			}
-		}
-		l.manifests = append(l.manifests, mf)
-	}
-	return l
 }
 
 var machines = map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64, "linux/arm/v7": elf.EM_ARM}

@@ -1,0 +1,170 @@
+package verify
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containerd/platforms"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Layout is an OCI layout tarball as kiln exports it: one image index with
+// one manifest per platform.
+type Layout struct {
+	Path        string
+	IndexDigest string
+	Index       ocispec.Index
+	Manifests   []Manifest
+}
+
+// Manifest is one platform's image.
+type Manifest struct {
+	Platform string
+	Digest   string
+	Manifest ocispec.Manifest
+	Config   ocispec.Image
+	// ConfigRaw is the config blob as stored.
+	ConfigRaw []byte
+	Layers    []Layer
+}
+
+// Layer is one layer with its files.
+type Layer struct {
+	Digest string
+	Files  []File
+}
+
+// File is one entry of a layer.
+type File struct {
+	Path    string
+	Mode    int64
+	UID     int
+	GID     int
+	Size    int64
+	ModTime time.Time
+	Type    byte
+	SHA256  string
+	Data    []byte // regular files only
+}
+
+// File returns the file at path (no leading slash) from the top-most layer.
+func (m *Manifest) File(path string) (File, bool) {
+	for i := len(m.Layers) - 1; i >= 0; i-- {
+		for _, f := range m.Layers[i].Files {
+			if f.Path == path {
+				return f, true
+			}
+		}
+	}
+	return File{}, false
+}
+
+// ReadLayout reads and parses an OCI layout tarball.
+func ReadLayout(path string) (*Layout, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	blobs := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: not an OCI layout tarball: %w", path, err)
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		blobs[h.Name] = data
+	}
+	blob := func(dgst string, v any) ([]byte, error) {
+		data, ok := blobs["blobs/"+strings.Replace(dgst, ":", "/", 1)]
+		if !ok {
+			return nil, fmt.Errorf("%s: blob %s missing", path, dgst)
+		}
+		if sum := sha256.Sum256(data); "sha256:"+hex.EncodeToString(sum[:]) != dgst {
+			return nil, fmt.Errorf("%s: blob %s does not match its digest", path, dgst)
+		}
+		if v != nil {
+			if err := json.Unmarshal(data, v); err != nil {
+				return nil, fmt.Errorf("%s: blob %s: %w", path, dgst, err)
+			}
+		}
+		return data, nil
+	}
+	var top ocispec.Index
+	if err := json.Unmarshal(blobs["index.json"], &top); err != nil || len(top.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: index.json must name exactly one image index", path)
+	}
+	l := &Layout{Path: path, IndexDigest: top.Manifests[0].Digest.String()}
+	if _, err := blob(l.IndexDigest, &l.Index); err != nil {
+		return nil, err
+	}
+	for _, desc := range l.Index.Manifests {
+		m := Manifest{Digest: desc.Digest.String()}
+		if desc.Platform != nil {
+			m.Platform = platforms.Format(*desc.Platform)
+		}
+		if _, err := blob(m.Digest, &m.Manifest); err != nil {
+			return nil, err
+		}
+		raw, err := blob(m.Manifest.Config.Digest.String(), &m.Config)
+		if err != nil {
+			return nil, err
+		}
+		m.ConfigRaw = raw
+		for _, ld := range m.Manifest.Layers {
+			data, err := blob(ld.Digest.String(), nil)
+			if err != nil {
+				return nil, err
+			}
+			files, err := readLayer(data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: layer %s: %w", path, ld.Digest, err)
+			}
+			m.Layers = append(m.Layers, Layer{Digest: ld.Digest.String(), Files: files})
+		}
+		l.Manifests = append(l.Manifests, m)
+	}
+	return l, nil
+}
+
+func readLayer(data []byte) ([]File, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
+	}
+	var files []File
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files, nil
+		} else if err != nil {
+			return nil, err
+		}
+		f := File{Path: strings.TrimSuffix(h.Name, "/"), Mode: h.Mode, UID: h.Uid, GID: h.Gid, Size: h.Size, ModTime: h.ModTime, Type: h.Typeflag}
+		if h.Typeflag == tar.TypeReg {
+			if f.Data, err = io.ReadAll(tr); err != nil {
+				return nil, err
+			}
+			sum := sha256.Sum256(f.Data)
+			f.SHA256 = hex.EncodeToString(sum[:])
+		}
+		files = append(files, f)
+	}
+}
