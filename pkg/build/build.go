@@ -112,6 +112,7 @@ type graph struct {
 
 	mu       sync.Mutex
 	binaries map[string]llb.State // by "name platform"
+	prepared map[string]llb.State // by platform
 }
 
 func newGraph(p *plan.Plan, excludes []string) *graph {
@@ -119,6 +120,7 @@ func newGraph(p *plan.Plan, excludes []string) *graph {
 		plan:     p,
 		golang:   golang.NewGraph(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain)),
 		binaries: map[string]llb.State{},
+		prepared: map[string]llb.State{},
 	}
 }
 
@@ -184,8 +186,14 @@ func (s *graph) binary(name string, target ocispec.Platform) llb.State {
 	if st, ok := s.binaries[key]; ok {
 		return st
 	}
+	platform := config.FormatPlatform(target)
+	prepared, ok := s.prepared[platform]
+	if !ok {
+		prepared = s.golang.Prepare(s.plan.Binaries, target)
+		s.prepared[platform] = prepared
+	}
 	b := s.plan.Binary(name)
-	st := s.golang.Compile(*b, s.golang.Sources(*b), target)
+	st := s.golang.Compile(*b, s.golang.Sources(*b), prepared, target)
 	s.binaries[key] = st
 	return st
 }

@@ -1,7 +1,9 @@
 package golang
 
 import (
+	"fmt"
 	"os"
+	"sort"
 	"strings"
 
 	"github.com/moby/buildkit/client/llb"
@@ -187,11 +189,42 @@ func Env(p *plan.Plan, target ocispec.Platform) []string {
 	return env
 }
 
-// Compile builds one binary for one target platform on the build platform,
-// without network. The result holds the binary at /<name>.
-func (g *Graph) Compile(b plan.Binary, src llb.State, target ocispec.Platform) llb.State {
+// Prepare compiles the packages of all the given binaries for one target
+// platform in one go process, filling GOCACHE. Separate go processes do not
+// share work in flight: without this step, every per-binary compile would
+// build the same standard library packages side by side. Its output is an
+// empty directory, so the steps that wait for it are keyed on its (constant)
+// content and stay cached when an edit touched only other binaries.
+func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
+	files := map[string]bool{}
+	var pkgs []string
+	for _, b := range bins {
+		pkgs = append(pkgs, b.Package)
+		for _, f := range b.Files {
+			files[f] = true
+		}
+	}
+	union := plan.Binary{Name: "all binaries", Files: sortedKeys(files)}
+	args := append([]string{goroot + "/bin/go", "build"}, g.Plan.GoEnv.BuildArgs...)
+	args = append(args, pkgs...)
+	run := g.goStep(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)))
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+// Compile links one binary for one target platform on the build platform,
+// without network, after prepared (the Prepare step of that platform) has
+// compiled its packages. The result holds the binary at /<name>.
+func (g *Graph) Compile(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
 	args := append([]string{goroot + "/bin/go", "build"}, g.Plan.GoEnv.BuildArgs...)
 	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
+	run := g.goStep(args, src, target, fmt.Sprintf("[%s %s] go build", b.Name, config.FormatPlatform(target)),
+		llb.AddMount("/kiln/prepared", prepared, llb.Readonly))
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+// goStep is a go command on the build platform for one target platform:
+// the toolchain, sources, modules and build cache mounted, no network.
+func (g *Graph) goStep(args []string, src llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
 	opts := []llb.RunOption{
 		llb.Args(args),
 		llb.Dir(srcDir),
@@ -201,13 +234,22 @@ func (g *Graph) Compile(b plan.Binary, src llb.State, target ocispec.Platform) l
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),
-		llb.WithCustomNamef("[%s %s] go build", b.Name, config.FormatPlatform(target)),
+		llb.WithCustomName(name),
 	}
 	for _, kv := range Env(g.Plan, target) {
 		k, v, _ := strings.Cut(kv, "=")
 		opts = append(opts, llb.AddEnv(k, v))
 	}
-	return g.base().Run(opts...).AddMount(outDir, llb.Scratch())
+	return g.base().Run(append(opts, extra...)...)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // escapePatterns quotes the pattern characters of literal file names.
