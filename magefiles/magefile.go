@@ -47,11 +47,11 @@ func options(platforms *string, stamp *bool, progress *string) build.Options {
 
 // Builds every image as an OCI layout tarball under _output/images/. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson.
 func Images(ctx context.Context, platforms *string, stamp *bool, progress *string) error {
-	results, err := build.Images(ctx, options(platforms, stamp, progress))
+	outcome, err := build.Images(ctx, options(platforms, stamp, progress))
 	if err != nil {
 		return err
 	}
-	for _, r := range results {
+	for _, r := range outcome.Images {
 		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
 	}
 	return nil

@@ -307,9 +307,15 @@ type ImageResult struct {
 	Platforms []string `json:"platforms"`
 }
 
+// ImagesOutcome is what Images built and which steps ran.
+type ImagesOutcome struct {
+	Images []ImageResult
+	buildkit.Steps
+}
+
 // Images builds every planned image and writes each as an OCI layout
 // tarball under <out>/images/<name>.oci.tar.
-func Images(ctx context.Context, opts Options) ([]ImageResult, error) {
+func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	s, err := start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -326,14 +332,14 @@ func Images(ctx context.Context, opts Options) ([]ImageResult, error) {
 			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
 		})
 	}
-	results, err := s.daemon.Solve(ctx, jobs, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
+	outcome, err := s.daemon.Solve(ctx, jobs, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]ImageResult, len(results))
-	for i, r := range results {
+	out := &ImagesOutcome{Steps: outcome.Steps}
+	for i, r := range outcome.Results {
 		img := s.plan.Images[i]
-		out[i] = ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: s.plan.PlatformIDs()}
+		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: s.plan.PlatformIDs()})
 	}
 	return out, nil
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,10 +25,11 @@ func TestImagesIntegration(t *testing.T) {
 	ctx := context.Background()
 	opts := build.Options{Root: root, Platforms: "linux/amd64,linux/arm64", Progress: "quiet", OutDir: t.TempDir()}
 
-	first, err := build.Images(ctx, opts)
+	outcome, err := build.Images(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	first := outcome.Images
 	if len(first) != 2 {
 		t.Fatalf("built %d images, want antrea-agent and antrea-controller", len(first))
 	}
@@ -93,7 +95,39 @@ func TestImagesIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameDigests(t, first, again)
+		sameDigests(t, first, again.Images)
+	})
+
+	t.Run("an edit to README.md rebuilds nothing", func(t *testing.T) {
+		o := editedCopy(t, opts, "README.md")
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran := again.Ran("go build"); len(ran) != 0 {
+			t.Errorf("compile steps ran: %v", ran)
+		}
+		if ran := again.Ran("compile packages"); len(ran) != 0 {
+			t.Errorf("package compiles ran: %v", ran)
+		}
+		sameDigests(t, first, again.Images)
+	})
+
+	t.Run("an edit to an agent-only package relinks only the agent", func(t *testing.T) {
+		o := editedCopy(t, opts, "pkg/agent/agent.go")
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build"}
+		ran := again.Ran("go build")
+		slices.Sort(ran)
+		if !slices.Equal(ran, want) {
+			t.Errorf("compile steps that ran: %v, want %v", ran, want)
+		}
+		if again.Images[1].Digest != first[1].Digest {
+			t.Errorf("antrea-controller changed: %s, was %s", again.Images[1].Digest, first[1].Digest)
+		}
 	})
 
 	t.Run("same digests after a full prune", func(t *testing.T) {
@@ -115,7 +149,7 @@ func TestImagesIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sameDigests(t, first, again)
+		sameDigests(t, first, again.Images)
 	})
 
 	t.Run("same digests when mage runs under another Go", func(t *testing.T) {
@@ -205,6 +239,27 @@ func TestUnreachableBuildkitHost(t *testing.T) {
 	if entries, _ := os.ReadDir(out); len(entries) != 0 {
 		t.Errorf("outputs left behind: %v", entries)
 	}
+}
+
+// editedCopy copies the checkout and appends a line to one file of it.
+func editedCopy(t *testing.T, opts build.Options, file string) build.Options {
+	t.Helper()
+	dir := t.TempDir()
+	copyTree(t, opts.Root, dir)
+	path := filepath.Join(dir, file)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := "\n<!-- edited by a test -->\n"
+	if strings.HasSuffix(file, ".go") {
+		line = "\nvar editedByATest = 1\n"
+	}
+	if err := os.WriteFile(path, append(data, line...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	opts.Root, opts.OutDir = dir, t.TempDir()
+	return opts
 }
 
 func sameDigests(t *testing.T, want, got []build.ImageResult) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/moby/buildkit/client"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
@@ -39,6 +40,34 @@ type Result struct {
 	Digest string
 }
 
+// Step is one vertex of a solve, as the status stream reported it.
+type Step struct {
+	Name     string        `json:"name"`
+	Cached   bool          `json:"cached"`
+	Duration time.Duration `json:"duration"`
+}
+
+// Outcome is what one Solve did: each job's result and every step.
+type Outcome struct {
+	Results []Result
+	Steps   Steps
+}
+
+// Steps are the named vertices of a solve in the order first reported.
+type Steps []Step
+
+// Ran returns the names of the steps that ran (were not reused) and whose
+// name contains substr.
+func (s Steps) Ran(substr string) []string {
+	var names []string
+	for _, st := range s {
+		if !st.Cached && strings.Contains(st.Name, substr) {
+			names = append(names, st.Name)
+		}
+	}
+	return names
+}
+
 // SolveOptions apply to every job of one Solve.
 type SolveOptions struct {
 	// Locals maps local source names to directories on this machine.
@@ -54,7 +83,7 @@ var ProgressModes = []string{"auto", "tty", "plain", "quiet", "rawjson"}
 
 // Solve runs the jobs concurrently on the daemon with one progress display.
 // Outputs are renamed into place only when every job succeeded.
-func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) ([]Result, error) {
+func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Outcome, error) {
 	out := opts.Out
 	if out == nil {
 		out = os.Stderr
@@ -147,7 +176,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) ([]Re
 			return nil, err
 		}
 	}
-	return results, nil
+	return &Outcome{Results: results, Steps: logs.steps()}, nil
 }
 
 // tempFor reserves a temporary name beside dest, on the same file system,
@@ -217,15 +246,17 @@ func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs) error
 
 // vertexLogs keeps each vertex's name and output, to show a failure's own.
 type vertexLogs struct {
-	mu     sync.Mutex
-	names  map[digest.Digest]string
+	mu       sync.Mutex
+	vertices map[digest.Digest]*client.Vertex
+	seen     []digest.Digest
+	names    map[digest.Digest]string
 	errs   map[digest.Digest]string
 	output map[digest.Digest][]byte
 	order  []digest.Digest
 }
 
 func newVertexLogs() *vertexLogs {
-	return &vertexLogs{names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
+	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
 }
 
 const maxLogPerVertex = 64 << 10
@@ -234,6 +265,10 @@ func (v *vertexLogs) record(s *client.SolveStatus) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, vx := range s.Vertexes {
+		if _, ok := v.vertices[vx.Digest]; !ok {
+			v.seen = append(v.seen, vx.Digest)
+		}
+		v.vertices[vx.Digest] = vx
 		v.names[vx.Digest] = vx.Name
 		if vx.Error != "" && !strings.Contains(vx.Error, "context canceled") {
 			if _, seen := v.errs[vx.Digest]; !seen {
@@ -247,6 +282,25 @@ func (v *vertexLogs) record(s *client.SolveStatus) {
 			v.output[l.Vertex] = append(v.output[l.Vertex], l.Data...)
 		}
 	}
+}
+
+// steps lists the named vertices with whether they were reused.
+func (v *vertexLogs) steps() Steps {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out Steps
+	for _, dg := range v.seen {
+		vx := v.vertices[dg]
+		if vx.Name == "" || !strings.HasPrefix(vx.Name, "[") {
+			continue // kiln names its vertices "[what] step"; skip BuildKit's own
+		}
+		st := Step{Name: vx.Name, Cached: vx.Cached}
+		if vx.Started != nil && vx.Completed != nil {
+			st.Duration = vx.Completed.Sub(*vx.Started)
+		}
+		out = append(out, st)
+	}
+	return out
 }
 
 // failed returns the first failed vertex's name with its output and error.
