@@ -262,14 +262,20 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	}
 }
 
+// Seams for tests of the runc check.
+var (
+	lookPath = exec.LookPath
+	geteuid  = os.Geteuid
+)
+
 // ensureRunc finds runc, installing Debian's package when kiln may.
 func ensureRunc(ctx context.Context) error {
-	if _, err := exec.LookPath("runc"); err == nil {
+	if _, err := lookPath("runc"); err == nil {
 		return nil
 	}
 	const remedy = "install it: apt-get install -y runc (Debian/Ubuntu), or put a runc binary on PATH"
 	_, debian := os.Stat("/etc/debian_version")
-	if os.Geteuid() != 0 || debian != nil {
+	if geteuid() != 0 || debian != nil {
 		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; %s", remedy)
 	}
 	logrus.Warn("runc not found in PATH; installing the Debian package runc (apt-get install -y runc)")
@@ -280,7 +286,7 @@ func ensureRunc(ctx context.Context) error {
 			return fmt.Errorf("apt-get %s failed: %w\n%s\nrunc is still missing; %s", strings.Join(args, " "), err, out, remedy)
 		}
 	}
-	if _, err := exec.LookPath("runc"); err != nil {
+	if _, err := lookPath("runc"); err != nil {
 		return fmt.Errorf("runc not found in PATH after installing it; %s", remedy)
 	}
 	return nil
