@@ -34,9 +34,11 @@ type Config struct {
 	Binaries   []Binary  `yaml:"binaries"`
 	Stamp      Stamp     `yaml:"stamp"`
 	Cache      Cache     `yaml:"cache"`
-	Repository string    `yaml:"repository"`
-	Tag        string    `yaml:"tag"`
-	Source     string    `yaml:"source"`
+	// Budgets cap each binary's (stripped) size on every platform, e.g. "4MiB".
+	Budgets    map[string]string `yaml:"budgets"`
+	Repository string            `yaml:"repository"`
+	Tag        string            `yaml:"tag"`
+	Source     string            `yaml:"source"`
 
 	// Images are read from images/*/image.yaml, sorted by name.
 	Images []Image `yaml:"-"`
@@ -55,12 +57,24 @@ type GoEnv struct {
 	Tags    []string `yaml:"tags"`
 	GCFlags string   `yaml:"gcflags"`
 	LDFlags string   `yaml:"ldflags"`
+	// Flags are extra `go build` flags, e.g. -pgo=off.
+	Flags []string `yaml:"flags"`
+	// Env holds the Go variables that are not per platform: GOAMD64,
+	// GOARM64, GO386, GOEXPERIMENT, GOFLAGS.
+	Env map[string]string `yaml:"env"`
 }
+
+// goEnvKeys are the variables go.env may set.
+var goEnvKeys = []string{"GOAMD64", "GOARM64", "GO386", "GOPPC64", "GORISCV64", "GOEXPERIMENT", "GOFLAGS", "CGO_ENABLED"}
 
 // Binary is one main package kiln builds.
 type Binary struct {
 	Name    string `yaml:"name"`
 	Package string `yaml:"package"`
+	// Go overrides the shared Go environment for this binary. Any difference
+	// splits the Go build cache; `mage doctor` explains each one, and builds
+	// refuse to run until it is gone.
+	Go *GoEnv `yaml:"go"`
 }
 
 // Stamp names the package whose variables the linker stamps.
@@ -212,23 +226,11 @@ func (c *Config) validate() error {
 		seen[FormatPlatform(p)] = true
 		c.ParsedPlatforms = append(c.ParsedPlatforms, p)
 	}
-	for i, t := range c.Go.Tags {
-		if t == "" || strings.ContainsAny(t, ", \t") {
-			return fieldErr(f, fmt.Sprintf("go.tags[%d]", i), "%q is not a single build tag", t)
-		}
-		if t == "cgo" {
-			return fieldErr(f, fmt.Sprintf("go.tags[%d]", i), "kiln builds with CGO_ENABLED=0 for every binary; remove the cgo tag")
-		}
+	if err := c.Go.validate(f, "go"); err != nil {
+		return err
 	}
-	for _, field := range []struct{ name, value string }{{"go.gcflags", c.Go.GCFlags}, {"go.ldflags", c.Go.LDFlags}} {
-		for _, bad := range []string{"-linkmode=external", "-extldflags", "-buildid"} {
-			if strings.Contains(field.value, bad) {
-				return fieldErr(f, field.name, "%q is set by kiln or needs cgo; remove it", bad)
-			}
-		}
-		if strings.Contains(field.value, "-X") {
-			return fieldErr(f, field.name, "-X values come from stamping (stamp.package); remove them")
-		}
+	if v, ok := c.Go.Env["CGO_ENABLED"]; ok && v != "0" {
+		return fieldErr(f, "go.env.CGO_ENABLED", "kiln builds every binary with CGO_ENABLED=0; remove it")
 	}
 	if len(c.Binaries) == 0 {
 		return fieldErr(f, "binaries", "missing; list the binaries to build with name and package")
@@ -245,6 +247,19 @@ func (c *Config) validate() error {
 		names[b.Name] = true
 		if !strings.HasPrefix(b.Package, "./") || strings.Contains(b.Package, "..") {
 			return fieldErr(f, field+".package", "%q must be a path inside the module starting with ./, e.g. ./cmd/%s", b.Package, b.Name)
+		}
+		if b.Go != nil {
+			if err := b.Go.validate(f, field+".go"); err != nil {
+				return err
+			}
+		}
+	}
+	for _, name := range sortedKeys(c.Budgets) {
+		if _, ok := c.Binary(name); !ok {
+			return fieldErr(f, "budgets."+name, "unknown binary %q (known: %s)", name, c.binaryNames())
+		}
+		if _, err := ParseSize(c.Budgets[name]); err != nil {
+			return fieldErr(f, "budgets."+name, "%v", err)
 		}
 	}
 	if c.Stamp.Package == "" {
@@ -268,6 +283,72 @@ func (c *Config) validate() error {
 		return fieldErr(f, "tag", "%q is not an image tag", c.Tag)
 	}
 	return nil
+}
+
+func (g *GoEnv) validate(f, prefix string) error {
+	for i, t := range g.Tags {
+		if t == "" || strings.ContainsAny(t, ", \t") {
+			return fieldErr(f, fmt.Sprintf("%s.tags[%d]", prefix, i), "%q is not a single build tag", t)
+		}
+		if t == "cgo" {
+			return fieldErr(f, fmt.Sprintf("%s.tags[%d]", prefix, i), "kiln builds with CGO_ENABLED=0 for every binary; remove the cgo tag")
+		}
+	}
+	for _, field := range []struct{ name, value string }{{prefix + ".gcflags", g.GCFlags}, {prefix + ".ldflags", g.LDFlags}} {
+		for _, bad := range []string{"-linkmode=external", "-extldflags", "-buildid"} {
+			if strings.Contains(field.value, bad) {
+				return fieldErr(f, field.name, "%q is set by kiln or needs cgo; remove it", bad)
+			}
+		}
+	}
+	for i, flag := range g.Flags {
+		field := fmt.Sprintf("%s.flags[%d]", prefix, i)
+		if !strings.HasPrefix(flag, "-") {
+			return fieldErr(f, field, "%q is not a flag", flag)
+		}
+		name, _, _ := strings.Cut(strings.TrimLeft(flag, "-"), "=")
+		if prefix == "go" && (name == "trimpath" || name == "buildvcs") {
+			return fieldErr(f, field, "kiln always builds with -trimpath and -buildvcs=false; remove -%s", name)
+		}
+		switch name {
+		case "o", "ldflags", "gcflags", "tags", "mod", "modfile", "C", "toolexec", "overlay":
+			return fieldErr(f, field, "-%s is set by kiln or has its own field; remove it from flags", name)
+		}
+	}
+	for _, k := range sortedKeys(g.Env) {
+		if !slices.Contains(goEnvKeys, k) {
+			return fieldErr(f, prefix+".env."+k, "%s cannot be set here (allowed: %s; GOOS, GOARCH and GOARM come from platforms)", k, strings.Join(goEnvKeys, ", "))
+		}
+	}
+	return nil
+}
+
+// Effective is the Go environment one binary would build with: the shared
+// one with the binary's overrides applied.
+func (c *Config) Effective(b Binary) GoEnv {
+	eff := GoEnv{Tags: c.Go.Tags, GCFlags: c.Go.GCFlags, LDFlags: c.Go.LDFlags, Flags: c.Go.Flags, Env: map[string]string{}}
+	for k, v := range c.Go.Env {
+		eff.Env[k] = v
+	}
+	if b.Go == nil {
+		return eff
+	}
+	if b.Go.Tags != nil {
+		eff.Tags = b.Go.Tags
+	}
+	if b.Go.GCFlags != "" {
+		eff.GCFlags = b.Go.GCFlags
+	}
+	if b.Go.LDFlags != "" {
+		eff.LDFlags = b.Go.LDFlags
+	}
+	if b.Go.Flags != nil {
+		eff.Flags = b.Go.Flags
+	}
+	for k, v := range b.Go.Env {
+		eff.Env[k] = v
+	}
+	return eff
 }
 
 // Binary returns the binary of that name.

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,6 +108,10 @@ const (
 
 // Resolve turns a configuration into a plan.
 func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
+	if drift := cfg.Drift(); len(drift) > 0 {
+		d := drift[0]
+		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
+	}
 	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source}
 	if len(opts.Platforms) > 0 {
 		p.Platforms = opts.Platforms
@@ -184,14 +189,24 @@ func toolchainModule(goVersion string, plat ocispec.Platform) string {
 
 // goEnv derives the one Go environment. Keep it the only place that does.
 func goEnv(cfg *config.Config, stamp Stamp) GoEnv {
+	goflags := "-mod=readonly"
+	if v := cfg.Go.Env["GOFLAGS"]; v != "" {
+		goflags = v + " " + goflags
+	}
 	env := []string{
 		"CGO_ENABLED=0",
 		"GOTOOLCHAIN=local",
-		"GOFLAGS=-mod=readonly",
+		"GOFLAGS=" + goflags,
 		"GOPROXY=off",
 		"GOSUMDB=off",
 	}
+	for _, k := range slices.Sorted(maps.Keys(cfg.Go.Env)) {
+		if k != "GOFLAGS" && k != "CGO_ENABLED" {
+			env = append(env, k+"="+cfg.Go.Env[k])
+		}
+	}
 	args := []string{"-trimpath", "-buildvcs=false"}
+	args = append(args, cfg.Go.Flags...)
 	if len(cfg.Go.Tags) > 0 {
 		args = append(args, "-tags="+strings.Join(cfg.Go.Tags, ","))
 	}
