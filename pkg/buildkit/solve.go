@@ -250,9 +250,9 @@ type vertexLogs struct {
 	vertices map[digest.Digest]*client.Vertex
 	seen     []digest.Digest
 	names    map[digest.Digest]string
-	errs   map[digest.Digest]string
-	output map[digest.Digest][]byte
-	order  []digest.Digest
+	errs     map[digest.Digest]string
+	output   map[digest.Digest][]byte
+	order    []digest.Digest
 }
 
 func newVertexLogs() *vertexLogs {

@@ -28,12 +28,12 @@ const (
 
 // Config is build/kiln.yaml.
 type Config struct {
-	Toolchain  Toolchain `yaml:"toolchain"`
-	Platforms  []string  `yaml:"platforms"`
-	Go         GoEnv     `yaml:"go"`
-	Binaries   []Binary  `yaml:"binaries"`
-	Stamp      Stamp     `yaml:"stamp"`
-	Cache      Cache     `yaml:"cache"`
+	Toolchain Toolchain `yaml:"toolchain"`
+	Platforms []string  `yaml:"platforms"`
+	Go        GoEnv     `yaml:"go"`
+	Binaries  []Binary  `yaml:"binaries"`
+	Stamp     Stamp     `yaml:"stamp"`
+	Cache     Cache     `yaml:"cache"`
 	// Budgets cap each binary's (stripped) size on every platform, e.g. "4MiB".
 	Budgets    map[string]string `yaml:"budgets"`
 	Repository string            `yaml:"repository"`
