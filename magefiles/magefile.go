@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/magefile/mage/mg"
 	"github.com/sirupsen/logrus"
@@ -54,7 +55,42 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 	for _, r := range outcome.Images {
 		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
 	}
+	if outcome.Checks != nil {
+		return outcome.Checks.Err()
+	}
 	return nil
+}
+
+// Checks what the last build produced (building first if nothing is there): cache drift, static linking of every binary, size budgets with what grew. Prints a table; fails if any check fails.
+func Verify(ctx context.Context, platforms *string, progress *string) error {
+	report, err := build.Verify(ctx, options(platforms, nil, progress))
+	if err != nil {
+		return err
+	}
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if n := report.Failed(); n > 0 {
+		return fmt.Errorf("%d of %d checks failed", n, len(report.Checks))
+	}
+	return nil
+}
+
+// Lists every way the configuration would split the Go build cache or relink needlessly, with what it costs and how to fix it.
+func Doctor() error {
+	logging()
+	findings, err := build.Doctor(build.Options{})
+	if err != nil {
+		return err
+	}
+	if len(findings) == 0 {
+		fmt.Println("no cache drift: every binary builds with one Go environment and stable linker flags")
+		return nil
+	}
+	for _, f := range findings {
+		fmt.Printf("%s\n  %s\n  cost: %s\n  fix:  %s\n\n", f, strings.Join(f.Binaries, ", "), f.Cost, f.Fix)
+	}
+	return fmt.Errorf("%d cache-drift findings", len(findings))
 }
 
 // Builds the raw binaries into _output/bin/<os>_<arch>/. Flags as for images.
@@ -115,4 +151,18 @@ func (Buildkit) Stop(ctx context.Context) error {
 func (Buildkit) Prune(ctx context.Context, all *bool) error {
 	logging()
 	return buildkit.Prune(ctx, ".", all != nil && *all, os.Stdout)
+}
+
+// Reports each binary's size per platform, the bytes each module and package contributes, and the change since the last report; writes _output/size/report.json and report.svg.
+func Size(ctx context.Context, platforms *string, progress *string) error {
+	report, err := build.Size(ctx, options(platforms, nil, progress))
+	if err != nil {
+		return err
+	}
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	jsonPath, svgPath, _ := build.SizePaths(build.Options{})
+	fmt.Printf("\nreport: %s\nchart:  %s\n", jsonPath, svgPath)
+	return nil
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/kiln-build/kiln/pkg/golang"
 	"github.com/kiln-build/kiln/pkg/image"
 	"github.com/kiln-build/kiln/pkg/plan"
+	"github.com/kiln-build/kiln/pkg/verify"
 )
 
 // Options select what to build; the zero value builds everything configured.
@@ -44,6 +45,8 @@ type Options struct {
 	Progress string
 	// OutDir is where outputs go; _output under Root when empty.
 	OutDir string
+	// SkipChecks skips the static and budget checks after `images`.
+	SkipChecks bool
 }
 
 func (o *Options) root() (string, error) {
@@ -111,7 +114,7 @@ type graph struct {
 	golang *golang.Graph
 
 	mu       sync.Mutex
-	binaries map[string]llb.State // by "name platform"
+	binaries map[string]llb.State // by "name platform symbols"
 	prepared map[string]llb.State // by platform
 }
 
@@ -180,20 +183,34 @@ func (s *session) close() { s.daemon.Close() }
 
 // binary returns the compile step of one binary for one platform, once.
 func (s *graph) binary(name string, target ocispec.Platform) llb.State {
+	return s.link(name, target, false)
+}
+
+// binaryWithSymbols is binary keeping the symbol table, for size reports.
+func (s *graph) binaryWithSymbols(name string, target ocispec.Platform) llb.State {
+	return s.link(name, target, true)
+}
+
+func (s *graph) link(name string, target ocispec.Platform, symbols bool) llb.State {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	key := name + " " + config.FormatPlatform(target)
+	platform := config.FormatPlatform(target)
+	key := fmt.Sprintf("%s %s %t", name, platform, symbols)
 	if st, ok := s.binaries[key]; ok {
 		return st
 	}
-	platform := config.FormatPlatform(target)
 	prepared, ok := s.prepared[platform]
 	if !ok {
 		prepared = s.golang.Prepare(s.plan.Binaries, target)
 		s.prepared[platform] = prepared
 	}
 	b := s.plan.Binary(name)
-	st := s.golang.Compile(*b, s.golang.Sources(*b), prepared, target)
+	var st llb.State
+	if symbols {
+		st = s.golang.CompileWithSymbols(*b, s.golang.Sources(*b), prepared, target)
+	} else {
+		st = s.golang.Compile(*b, s.golang.Sources(*b), prepared, target)
+	}
 	s.binaries[key] = st
 	return st
 }
@@ -311,6 +328,8 @@ type ImageResult struct {
 type ImagesOutcome struct {
 	Images []ImageResult
 	buildkit.Steps
+	// Checks are the quick checks run on the new images.
+	Checks *verify.Report
 }
 
 // Images builds every planned image and writes each as an OCI layout
@@ -341,6 +360,11 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		img := s.plan.Images[i]
 		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: s.plan.PlatformIDs()})
 	}
+	if !opts.SkipChecks {
+		if out.Checks, err = quickChecksOnce(opts, s.plan, out.Images); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -357,23 +381,40 @@ func Binaries(ctx context.Context, opts Options) (string, error) {
 		return "", err
 	}
 	defer s.close()
-	fa := (*llb.FileAction)(nil)
+	var files []fileCopy
 	for _, target := range s.plan.Platforms {
 		for _, b := range s.plan.Binaries {
-			src := s.binary(b.Name, target)
-			dest := "/" + PlatformDir(target) + "/" + b.Name
-			copyOpt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
-			if fa == nil {
-				fa = llb.Copy(src, "/"+b.Name, dest, copyOpt)
-			} else {
-				fa = fa.Copy(src, "/"+b.Name, dest, copyOpt)
-			}
+			files = append(files, fileCopy{from: s.binary(b.Name, target), src: "/" + b.Name, dest: "/" + PlatformDir(target) + "/" + b.Name})
 		}
 	}
-	st := llb.Scratch().File(fa, llb.WithCustomName("[binaries] collect"))
 	dest := filepath.Join(opts.outDir(s.plan.Root), "bin")
+	if err := s.exportFiles(ctx, "binaries", files, dest); err != nil {
+		return "", err
+	}
+	return dest, nil
+}
+
+// fileCopy is one file of a directory export.
+type fileCopy struct {
+	from      llb.State
+	src, dest string
+}
+
+// exportFiles solves the files into one directory and writes it to dest,
+// replacing what was there only when the solve succeeded.
+func (s *session) exportFiles(ctx context.Context, name string, files []fileCopy, dest string) error {
+	var fa *llb.FileAction
+	for _, f := range files {
+		opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
+		if fa == nil {
+			fa = llb.Copy(f.from, f.src, f.dest, opt)
+		} else {
+			fa = fa.Copy(f.from, f.src, f.dest, opt)
+		}
+	}
+	st := llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect", name))
 	job := buildkit.Job{
-		Name: "binaries",
+		Name: name,
 		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
 			def, err := st.Marshal(ctx)
 			if err != nil {
@@ -384,8 +425,6 @@ func Binaries(ctx context.Context, opts Options) (string, error) {
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   dest,
 	}
-	if _, err := s.daemon.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode}); err != nil {
-		return "", err
-	}
-	return dest, nil
+	_, err := s.daemon.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
+	return err
 }

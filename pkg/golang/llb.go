@@ -215,11 +215,39 @@ func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
 // without network, after prepared (the Prepare step of that platform) has
 // compiled its packages. The result holds the binary at /<name>.
 func (g *Graph) Compile(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
-	args := append([]string{goroot + "/bin/go", "build"}, g.Plan.GoEnv.BuildArgs...)
+	return g.link(b, src, prepared, target, g.Plan.GoEnv.BuildArgs, "go build")
+}
+
+// CompileWithSymbols is Compile keeping the symbol table (no -s -w), for size
+// reports. Only the link differs, so the compiled packages come from GOCACHE.
+func (g *Graph) CompileWithSymbols(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
+	return g.link(b, src, prepared, target, withSymbols(g.Plan.GoEnv.BuildArgs), "go build with symbols")
+}
+
+func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Platform, flags []string, step string) llb.State {
+	args := append([]string{goroot + "/bin/go", "build"}, flags...)
 	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
-	run := g.goStep(args, src, target, fmt.Sprintf("[%s %s] go build", b.Name, config.FormatPlatform(target)),
+	run := g.goStep(args, src, target, fmt.Sprintf("[%s %s] %s", b.Name, config.FormatPlatform(target), step),
 		llb.AddMount("/kiln/prepared", prepared, llb.Readonly))
 	return run.AddMount(outDir, llb.Scratch())
+}
+
+// withSymbols drops -s and -w from the -ldflags argument.
+func withSymbols(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if ld, ok := strings.CutPrefix(a, "-ldflags="); ok {
+			var kept []string
+			for _, f := range strings.Fields(ld) {
+				if f != "-s" && f != "-w" {
+					kept = append(kept, f)
+				}
+			}
+			a = "-ldflags=" + strings.Join(kept, " ")
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // goStep is a go command on the build platform for one target platform:
