@@ -166,3 +166,31 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 	fmt.Printf("\nreport: %s\nchart:  %s\n", jsonPath, svgPath)
 	return nil
 }
+
+// Aliases give the namespaced names to targets whose plain name is taken.
+var Aliases = map[string]any{
+	"verify:repro": VerifyRepro,
+}
+
+// Builds every image twice, the second time in isolation (no reused step, an empty Go cache), and compares every index, manifest, config, layer, file and ELF section. Alias: verify:repro.
+func VerifyRepro(ctx context.Context, platforms *string, progress *string) error {
+	out, err := build.Repro(ctx, options(platforms, nil, progress))
+	if err != nil {
+		return err
+	}
+	for i, img := range out.First {
+		same := "identical"
+		if img.Digest != out.Second[i].Digest {
+			same = "DIFFERENT: " + out.Second[i].Digest
+		}
+		fmt.Printf("%s\t%s\t%s\n", img.Ref, img.Digest, same)
+	}
+	if len(out.Differences) == 0 {
+		return nil
+	}
+	fmt.Println("\nwhere the builds differ:")
+	for _, d := range out.Differences {
+		fmt.Println("  " + d.String())
+	}
+	return fmt.Errorf("the two builds of this commit differ in %d places", len(out.Differences))
+}

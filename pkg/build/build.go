@@ -112,6 +112,8 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 type graph struct {
 	plan   *plan.Plan
 	golang *golang.Graph
+	// noCache marshals every vertex with IgnoreCache (reproducibility checks).
+	noCache bool
 
 	mu       sync.Mutex
 	binaries map[string]llb.State // by "name platform symbols"
@@ -119,9 +121,14 @@ type graph struct {
 }
 
 func newGraph(p *plan.Plan, excludes []string) *graph {
+	return newGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain))
+}
+
+// newGraphFrom builds a graph on given context and toolchain sources.
+func newGraphFrom(p *plan.Plan, context, toolchain llb.State) *graph {
 	return &graph{
 		plan:     p,
-		golang:   golang.NewGraph(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain)),
+		golang:   golang.NewGraph(p, context, toolchain),
 		binaries: map[string]llb.State{},
 		prepared: map[string]llb.State{},
 	}
@@ -265,7 +272,11 @@ func (s *graph) imageBuild(img plan.Image) gateway.BuildFunc {
 		for i, target := range s.plan.Platforms {
 			id := config.FormatPlatform(target)
 			eg.Go(func() error {
-				def, err := states[i].Marshal(ctx)
+				var marshal []llb.ConstraintsOpt
+				if s.noCache {
+					marshal = append(marshal, llb.IgnoreCache)
+				}
+				def, err := states[i].Marshal(ctx, marshal...)
 				if err != nil {
 					return err
 				}
@@ -340,6 +351,10 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		return nil, err
 	}
 	defer s.close()
+	return s.images(ctx, opts)
+}
+
+func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	dir := filepath.Join(opts.outDir(s.plan.Root), "images")
 	var jobs []buildkit.Job
 	for _, img := range s.plan.Images {
