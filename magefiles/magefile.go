@@ -20,6 +20,7 @@ import (
 
 	"github.com/kiln-build/kiln/pkg/build"
 	"github.com/kiln-build/kiln/pkg/buildkit"
+	explainpkg "github.com/kiln-build/kiln/pkg/explain"
 )
 
 // logging is quiet unless mage runs with -v.
@@ -46,14 +47,18 @@ func options(platforms *string, stamp *bool, progress *string) build.Options {
 	return o
 }
 
-// Builds every image as an OCI layout tarball under _output/images/. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson.
-func Images(ctx context.Context, platforms *string, stamp *bool, progress *string) error {
+// Builds every image as an OCI layout tarball under _output/images/, then checks static linking and size budgets. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson, -explain to say which steps ran and why.
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool) error {
 	outcome, err := build.Images(ctx, options(platforms, stamp, progress))
 	if err != nil {
 		return err
 	}
 	for _, r := range outcome.Images {
 		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
+	}
+	if explain != nil && *explain {
+		fmt.Println()
+		explainpkg.Write(os.Stdout, outcome.Explanations)
 	}
 	if outcome.Checks != nil {
 		return outcome.Checks.Err()
@@ -73,6 +78,17 @@ func Verify(ctx context.Context, platforms *string, progress *string) error {
 	if n := report.Failed(); n > 0 {
 		return fmt.Errorf("%d of %d checks failed", n, len(report.Checks))
 	}
+	return nil
+}
+
+// Explains the last build: which steps were reused, and for each one that ran, which input changed since the build before it.
+func Explain() error {
+	logging()
+	ex, err := build.Explain(build.Options{})
+	if err != nil {
+		return err
+	}
+	explainpkg.Write(os.Stdout, ex)
 	return nil
 }
 

@@ -24,6 +24,7 @@ import (
 
 	"github.com/kiln-build/kiln/pkg/buildkit"
 	"github.com/kiln-build/kiln/pkg/config"
+	"github.com/kiln-build/kiln/pkg/explain"
 	"github.com/kiln-build/kiln/pkg/golang"
 	"github.com/kiln-build/kiln/pkg/image"
 	"github.com/kiln-build/kiln/pkg/plan"
@@ -341,6 +342,8 @@ type ImagesOutcome struct {
 	buildkit.Steps
 	// Checks are the quick checks run on the new images.
 	Checks *verify.Report
+	// Explanations say which steps ran and why.
+	Explanations []explain.Explanation
 }
 
 // Images builds every planned image and writes each as an OCI layout
@@ -379,6 +382,9 @@ func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		if out.Checks, err = quickChecksOnce(opts, s.plan, out.Images); err != nil {
 			return nil, err
 		}
+	}
+	if out.Explanations, err = record(opts, s.plan, out.Steps); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
