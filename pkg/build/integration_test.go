@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -30,6 +31,9 @@ func TestImagesIntegration(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := outcome.Images
+	if outcome.Checks == nil || outcome.Checks.Failed() != 0 || len(outcome.Checks.Checks) == 0 {
+		t.Errorf("the quick checks after the build did not pass: %+v", outcome.Checks)
+	}
 	if len(first) != 2 {
 		t.Fatalf("built %d images, want antrea-agent and antrea-controller", len(first))
 	}
@@ -113,8 +117,12 @@ func TestImagesIntegration(t *testing.T) {
 		sameDigests(t, first, again.Images)
 	})
 
-	t.Run("an edit to an agent-only package relinks only the agent", func(t *testing.T) {
-		o := editedCopy(t, opts, "pkg/agent/agent.go")
+	t.Run("an edit to an agent-only package relinks only the agent, and explain says why", func(t *testing.T) {
+		o := editedCopy(t, opts, "")
+		if _, err := build.Images(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		appendLine(t, filepath.Join(o.Root, "pkg/agent/agent.go"), "\nvar editedByATest = 1\n")
 		again, err := build.Images(ctx, o)
 		if err != nil {
 			t.Fatal(err)
@@ -128,6 +136,104 @@ func TestImagesIntegration(t *testing.T) {
 		if again.Images[1].Digest != first[1].Digest {
 			t.Errorf("antrea-controller changed: %s, was %s", again.Images[1].Digest, first[1].Digest)
 		}
+		var explained []string
+		for _, e := range again.Explanations {
+			if !e.Ran {
+				continue
+			}
+			explained = append(explained, e.Step)
+			if !slices.Equal(e.Causes, []string{"file pkg/agent/agent.go changed"}) {
+				t.Errorf("%s ran because %v, want the agent.go edit", e.Step, e.Causes)
+			}
+		}
+		slices.Sort(explained)
+		wantExplained := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build", "[linux/amd64] compile packages", "[linux/arm64] compile packages"}
+		if !slices.Equal(explained, wantExplained) {
+			t.Errorf("explained steps %v, want %v", explained, wantExplained)
+		}
+	})
+
+	t.Run("a budget one byte under the real size fails verify", func(t *testing.T) {
+		layout, err := verify.ReadLayout(first[0].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cni, _ := layout.Manifests[0].File("usr/local/bin/antrea-cni")
+		o := editedCopy(t, opts, "")
+		kiln := filepath.Join(o.Root, "build", "kiln.yaml")
+		data, _ := os.ReadFile(kiln)
+		data = []byte(strings.Replace(string(data), "antrea-cni: 3MiB", fmt.Sprintf("antrea-cni: %d", len(cni.Data)-1), 1))
+		os.WriteFile(kiln, data, 0o644)
+		report, err := build.Verify(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed []verify.Check
+		for _, c := range report.Checks {
+			if !c.OK {
+				failed = append(failed, c)
+			}
+		}
+		if len(failed) != 1 || failed[0].Check != "budget" || failed[0].Subject != "antrea-cni linux/amd64" {
+			t.Fatalf("failed checks %+v, want the amd64 antrea-cni budget alone", failed)
+		}
+		if !strings.Contains(failed[0].Detail, "exceeds the budget") || !strings.Contains(failed[0].Detail, "runtime") {
+			t.Errorf("budget failure does not name the size and the biggest contributors: %s", failed[0].Detail)
+		}
+	})
+
+	t.Run("repro diff locates planted nondeterminism", func(t *testing.T) {
+		a, err := verify.ReadLayout(first[1].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A -X value that differs between builds: release stamping.
+		o := opts
+		o.OutDir, o.Stamp = t.TempDir(), true
+		stamped, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := verify.ReadLayout(stamped.Images[1].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report := diffText(verify.DiffLayouts("antrea-controller", a, b))
+		for _, want := range []string{"linux/amd64 file /usr/local/bin/antrea-controller", "ELF sections differ", ".rodata", "config config.Labels.org.opencontainers.image.version"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("diff does not mention %q:\n%s", want, report)
+			}
+		}
+		// Files with another mtime: a different source date.
+		t.Setenv("SOURCE_DATE_EPOCH", "1000000000")
+		o.Stamp, o.OutDir = false, t.TempDir()
+		dated, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := verify.ReadLayout(dated.Images[1].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report = diffText(verify.DiffLayouts("antrea-controller", a, c))
+		for _, want := range []string{"file /etc/passwd: mtime", "2001-09-09T01:46:40Z", "config created"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("diff does not mention %q:\n%s", want, report)
+			}
+		}
+	})
+
+	t.Run("verify:repro finds the real build reproducible", func(t *testing.T) {
+		o := opts
+		o.OutDir = t.TempDir()
+		out, err := build.Repro(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Differences) != 0 {
+			t.Errorf("the isolated rebuild differs:\n%s", diffText(out.Differences))
+		}
+		sameDigests(t, first, out.Second)
 	})
 
 	t.Run("same digests after a full prune", func(t *testing.T) {
@@ -241,25 +347,40 @@ func TestUnreachableBuildkitHost(t *testing.T) {
 	}
 }
 
-// editedCopy copies the checkout and appends a line to one file of it.
+// editedCopy copies the checkout and appends a line to one file of it
+// (none when file is empty).
 func editedCopy(t *testing.T, opts build.Options, file string) build.Options {
 	t.Helper()
 	dir := t.TempDir()
 	copyTree(t, opts.Root, dir)
-	path := filepath.Join(dir, file)
+	if file != "" {
+		line := "\n<!-- edited by a test -->\n"
+		if strings.HasSuffix(file, ".go") {
+			line = "\nvar editedByATest = 1\n"
+		}
+		appendLine(t, filepath.Join(dir, file), line)
+	}
+	opts.Root, opts.OutDir = dir, t.TempDir()
+	return opts
+}
+
+func appendLine(t *testing.T, path, line string) {
+	t.Helper()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	line := "\n<!-- edited by a test -->\n"
-	if strings.HasSuffix(file, ".go") {
-		line = "\nvar editedByATest = 1\n"
-	}
 	if err := os.WriteFile(path, append(data, line...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	opts.Root, opts.OutDir = dir, t.TempDir()
-	return opts
+}
+
+func diffText(diffs []verify.Difference) string {
+	var lines []string
+	for _, d := range diffs {
+		lines = append(lines, d.String())
+	}
+	return strings.Join(lines, "\n")
 }
 
 func sameDigests(t *testing.T, want, got []build.ImageResult) {
