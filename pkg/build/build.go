@@ -383,7 +383,7 @@ func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 			return nil, err
 		}
 	}
-	if out.Explanations, err = record(opts, s.plan, out.Steps); err != nil {
+	if out.Explanations, err = record(opts, s.graph, out.Steps); err != nil {
 		return nil, err
 	}
 	return out, nil

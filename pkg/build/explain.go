@@ -1,15 +1,17 @@
 package build
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/kiln-build/kiln/pkg/buildkit"
 	"github.com/kiln-build/kiln/pkg/explain"
-	"github.com/kiln-build/kiln/pkg/plan"
 )
 
 const (
@@ -20,8 +22,13 @@ const (
 
 // record keeps this build's step inputs and outcomes for `mage explain`,
 // moving the last record aside as the previous one.
-func record(opts Options, p *plan.Plan, steps buildkit.Steps) ([]explain.Explanation, error) {
-	inputs, err := explain.Collect(p)
+func record(opts Options, g *graph, steps buildkit.Steps) ([]explain.Explanation, error) {
+	p := g.plan
+	defs, err := g.definitions()
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := explain.Collect(p, defs)
 	if err != nil {
 		return nil, err
 	}
@@ -61,6 +68,26 @@ func Explain(opts Options) ([]explain.Explanation, error) {
 		return nil, err
 	}
 	return explain.Explain(*now, prev), nil
+}
+
+// definitions returns the digest of each named vertex of every image.
+func (g *graph) definitions() (map[string]string, error) {
+	defs := map[string]string{}
+	for _, img := range g.plan.Images {
+		for _, st := range g.imageStates(img) {
+			def, err := st.Marshal(context.Background())
+			if err != nil {
+				return nil, err
+			}
+			for _, dt := range def.Def {
+				dg := digest.FromBytes(dt)
+				if name := def.Metadata[dg].Description["llb.customname"]; name != "" {
+					defs[name] = dg.Encoded()[:12]
+				}
+			}
+		}
+	}
+	return defs, nil
 }
 
 func readRecord(path string) (*explain.Record, error) {

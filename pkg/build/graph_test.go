@@ -59,7 +59,7 @@ func steps(t *testing.T, p *plan.Plan) ([]step, [][]byte) {
 func compileSteps(t *testing.T, all []step) []step {
 	var out []step
 	for _, s := range all {
-		if e := s.op.GetExec(); e != nil && slices.Contains(e.Meta.Args, "build") {
+		if e := s.op.GetExec(); e != nil && (e.Meta.Args[1] == "build" || e.Meta.Args[1] == "list") {
 			out = append(out, s)
 		}
 	}
@@ -186,11 +186,12 @@ func TestEveryVertexIsNamed(t *testing.T) {
 	}
 }
 
-// buildFlags are the flags between "go build" and the output or packages.
+// buildFlags are the build flags after "go build" or "go list", up to the
+// output, the list flags or the packages.
 func buildFlags(args []string) []string {
 	var flags []string
 	for _, a := range args[2:] {
-		if a == "-o" || !strings.HasPrefix(a, "-") {
+		if a == "-o" || a == "-e" || !strings.HasPrefix(a, "-") {
 			break
 		}
 		flags = append(flags, a)

@@ -30,8 +30,10 @@ type Record struct {
 }
 
 // Collect computes the inputs of every compile and image step of a plan.
-// The names match the vertex names the LLB stage gives those steps.
-func Collect(p *plan.Plan) (Inputs, error) {
+// The names match the vertex names the LLB stage gives those steps; defs maps
+// those names to the digests of their LLB definitions, so a change in how
+// kiln builds a step is named too.
+func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
 	in := Inputs{}
 	hashes := map[string]string{}
 	hash := func(rel string) (string, error) {
@@ -78,6 +80,11 @@ func Collect(p *plan.Plan) (Inputs, error) {
 				step["binary "+b] = short([]byte(fmt.Sprint(in[fmt.Sprintf("[%s %s] go build", b, plat)])))
 			}
 			in[fmt.Sprintf("[%s %s] assemble image", img.Name, plat)] = step
+		}
+	}
+	for name, step := range in {
+		if d, ok := defs[name]; ok {
+			step["step definition"] = d
 		}
 	}
 	return in, nil

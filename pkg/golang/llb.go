@@ -192,9 +192,12 @@ func Env(p *plan.Plan, target ocispec.Platform) []string {
 // Prepare compiles the packages of all the given binaries for one target
 // platform in one go process, filling GOCACHE. Separate go processes do not
 // share work in flight: without this step, every per-binary compile would
-// build the same standard library packages side by side. Its output is an
-// empty directory, so the steps that wait for it are keyed on its (constant)
-// content and stay cached when an edit touched only other binaries.
+// build the same standard library packages side by side. It is `go list
+// -export`, which runs the same compile actions as `go build` but tolerates
+// errors (-e), so a compile error surfaces in the failing binary's own step.
+// Its output is an empty directory, so the steps that wait for it are keyed
+// on its (constant) content and stay cached when an edit touched only other
+// binaries.
 func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
 	files := map[string]bool{}
 	var pkgs []string
@@ -205,7 +208,8 @@ func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
 		}
 	}
 	union := plan.Binary{Name: "all binaries", Files: sortedKeys(files)}
-	args := append([]string{goroot + "/bin/go", "build"}, g.Plan.GoEnv.BuildArgs...)
+	args := append([]string{goroot + "/bin/go", "list"}, g.Plan.GoEnv.BuildArgs...)
+	args = append(args, "-e", "-export", "-deps", "-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}")
 	args = append(args, pkgs...)
 	run := g.goStep(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)))
 	return run.AddMount(outDir, llb.Scratch())
