@@ -109,13 +109,20 @@ func Doctor() error {
 	return fmt.Errorf("%d cache-drift findings", len(findings))
 }
 
-// Builds the raw binaries into _output/bin/<os>_<arch>/. Flags as for images.
-func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string) error {
-	dir, err := build.Binaries(ctx, options(platforms, stamp, progress))
+// Builds the raw binaries into _output/bin/<os>_<arch>/. Flags as for images, and -module=DIR -packages=./cmd/a,./cmd/b to build another Go module's main packages with this repository's toolchain and platforms.
+func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string, module *string, packages *string) error {
+	o := options(platforms, stamp, progress)
+	if module != nil {
+		o.Module = *module
+	}
+	if packages != nil {
+		o.Packages = strings.Split(*packages, ",")
+	}
+	out, err := build.Binaries(ctx, o)
 	if err != nil {
 		return err
 	}
-	fmt.Println(dir)
+	fmt.Println(out.Dir)
 	return nil
 }
 

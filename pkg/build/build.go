@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -48,6 +49,12 @@ type Options struct {
 	OutDir string
 	// SkipChecks skips the static and budget checks after `images`.
 	SkipChecks bool
+	// Module builds another Go module's main packages instead of this
+	// repository's binaries: its directory, and Packages, its main packages
+	// (e.g. ./cmd/buildkitd). The toolchain, platforms and cache ids still
+	// come from this repository's build/kiln.yaml. Images are not built.
+	Module   string
+	Packages []string
 }
 
 func (o *Options) root() (string, error) {
@@ -95,6 +102,14 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 	if err != nil {
 		return nil, err
 	}
+	if opts.Module != "" {
+		if root, err = filepath.Abs(opts.Module); err != nil {
+			return nil, err
+		}
+		if cfg, err = external(cfg, root, opts.Packages); err != nil {
+			return nil, err
+		}
+	}
 	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images, BuildPlatform: buildPlatform}
 	list, source := opts.Platforms, "-platforms"
 	if list == "" {
@@ -106,6 +121,34 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 		}
 	}
 	return plan.Resolve(root, cfg, po)
+}
+
+// external is this repository's configuration applied to another module:
+// its main packages become the binaries, and it has no images or stamping.
+func external(cfg *config.Config, dir string, packages []string) (*config.Config, error) {
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return nil, fmt.Errorf("-module %s: no go.mod there; point it at a Go module's root", dir)
+	}
+	if len(packages) == 0 {
+		return nil, fmt.Errorf("-module %s: name its main packages with -packages, e.g. ./cmd/tool", dir)
+	}
+	ext := *cfg
+	ext.Binaries, ext.Images, ext.Budgets = nil, nil, nil
+	ext.Stamp.Package = ""
+	seen := map[string]bool{}
+	for _, pkg := range packages {
+		pkg = strings.TrimSpace(pkg)
+		if !strings.HasPrefix(pkg, "./") {
+			pkg = "./" + strings.TrimPrefix(pkg, "/")
+		}
+		name := path.Base(pkg)
+		if seen[name] {
+			return nil, fmt.Errorf("-packages: two packages named %s", name)
+		}
+		seen[name] = true
+		ext.Binaries = append(ext.Binaries, config.Binary{Name: name, Package: pkg})
+	}
+	return &ext, nil
 }
 
 // graph is the LLB graph of a plan: compile steps shared by every image
@@ -156,7 +199,11 @@ func start(ctx context.Context, opts Options) (*session, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := buildkit.Connect(ctx, p.Root)
+	kilnRoot, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	d, err := buildkit.Connect(ctx, kilnRoot)
 	if err != nil {
 		return nil, err
 	}
@@ -394,12 +441,18 @@ func PlatformDir(p ocispec.Platform) string {
 	return strings.ReplaceAll(config.FormatPlatform(p), "/", "_")
 }
 
+// BinariesOutcome is where Binaries wrote and which steps ran.
+type BinariesOutcome struct {
+	Dir string
+	buildkit.Steps
+}
+
 // Binaries builds every configured binary for every platform and writes
 // them to <out>/bin/<os>_<arch>/<name>.
-func Binaries(ctx context.Context, opts Options) (string, error) {
+func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	s, err := start(ctx, opts)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	defer s.close()
 	var files []fileCopy
@@ -409,10 +462,11 @@ func Binaries(ctx context.Context, opts Options) (string, error) {
 		}
 	}
 	dest := filepath.Join(opts.outDir(s.plan.Root), "bin")
-	if err := s.exportFiles(ctx, "binaries", files, dest); err != nil {
-		return "", err
+	steps, err := s.exportFiles(ctx, "binaries", files, dest)
+	if err != nil {
+		return nil, err
 	}
-	return dest, nil
+	return &BinariesOutcome{Dir: dest, Steps: steps}, nil
 }
 
 // fileCopy is one file of a directory export.
@@ -423,7 +477,7 @@ type fileCopy struct {
 
 // exportFiles solves the files into one directory and writes it to dest,
 // replacing what was there only when the solve succeeded.
-func (s *session) exportFiles(ctx context.Context, name string, files []fileCopy, dest string) error {
+func (s *session) exportFiles(ctx context.Context, name string, files []fileCopy, dest string) (buildkit.Steps, error) {
 	var fa *llb.FileAction
 	for _, f := range files {
 		opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
@@ -446,6 +500,9 @@ func (s *session) exportFiles(ctx context.Context, name string, files []fileCopy
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   dest,
 	}
-	_, err := s.daemon.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
-	return err
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
+	if err != nil {
+		return nil, err
+	}
+	return out.Steps, nil
 }

@@ -277,10 +277,11 @@ func TestImagesIntegration(t *testing.T) {
 		o := opts
 		o.Platforms = "linux/amd64,linux/arm/v7"
 		o.OutDir = t.TempDir()
-		dir, err := build.Binaries(ctx, o)
+		out, err := build.Binaries(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
+		dir := out.Dir
 		for _, plat := range []string{"linux_amd64", "linux_arm_v7"} {
 			for _, b := range []string{"antctl", "antrea-agent", "antrea-cni", "antrea-controller"} {
 				data, err := os.ReadFile(filepath.Join(dir, plat, b))

@@ -40,7 +40,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 				fileCopy{from: s.binaryWithSymbols(b.Name, target), src: "/" + b.Name, dest: "/symbols/" + pd + "/" + b.Name})
 		}
 	}
-	if err := s.exportFiles(ctx, "size", files, work); err != nil {
+	if _, err := s.exportFiles(ctx, "size", files, work); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)

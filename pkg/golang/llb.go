@@ -19,6 +19,8 @@ const (
 	LocalContext   = "context"
 	LocalToolchain = "go-toolchain"
 	LocalCACerts   = "ca-certificates"
+	// CABundle is the file of LocalCACerts the download step trusts.
+	CABundle = "ca-certificates.crt"
 )
 
 // Paths inside every Go step. They are fixed so that no host path reaches a
@@ -132,10 +134,12 @@ func (g *Graph) downloadModules() llb.State {
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 	}
+	certs := llb.Local(LocalCACerts, llb.IncludePatterns([]string{CABundle}), llb.SharedKeyHint("ca-certificates"), LocalID(LocalCACerts),
+		llb.WithCustomName("[go] CA certificates"))
 	fetch := []llb.RunOption{
 		llb.AddEnv("GOMODCACHE", goModCache),
-		llb.AddEnv("SSL_CERT_DIR", caDir),
-		llb.AddMount(caDir, llb.Local(LocalCACerts, llb.SharedKeyHint("ca-certificates"), LocalID(LocalCACerts)), llb.Readonly),
+		llb.AddEnv("SSL_CERT_FILE", caDir+"/"+CABundle),
+		llb.AddMount(caDir, certs, llb.Readonly),
 		llb.AddMount(goModCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared)),
 		llb.Network(llb.NetModeSandbox),
 		llb.WithCustomName("[go] go mod download"),

@@ -251,6 +251,9 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 		p.Stamp.Version = gitDescribe(p.Root)
 	}
 	pkg := cfg.Stamp.Package
+	if pkg == "" {
+		return nil // another module: nothing to stamp
+	}
 	p.Stamp.LDFlags = []string{
 		"-X " + pkg + ".Version=" + p.Stamp.Version,
 		"-X " + pkg + ".GitCommit=" + p.Stamp.Commit,
