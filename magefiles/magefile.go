@@ -13,11 +13,13 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/magefile/mage/mg"
 	"github.com/sirupsen/logrus"
 
+	"github.com/kiln-build/kiln/pkg/bench"
 	"github.com/kiln-build/kiln/pkg/build"
 	"github.com/kiln-build/kiln/pkg/buildkit"
 	explainpkg "github.com/kiln-build/kiln/pkg/explain"
@@ -216,4 +218,55 @@ func VerifyRepro(ctx context.Context, platforms *string, progress *string) error
 		fmt.Println("  " + d.String())
 	}
 	return fmt.Errorf("the two builds of this commit differ in %d places", len(out.Differences))
+}
+
+// Times kiln (cold, cold with Go caches kept, warm no-op, incremental edits to one binary's package and to a shared one) against native go build in one run, plus the cgo split experiment; writes _output/bench/{latest.json,report.md,chart.svg}. Flags: -runs=N (warm and incremental, default 3), -module=DIR or -module=modcache:PATH@VERSION with -packages=./cmd/a,./cmd/b to bench another module, -platforms, -compare=OLD.json,NEW.json to compare two reports instead.
+func Bench(ctx context.Context, runs *int, module *string, packages *string, platforms *string, compare *string) error {
+	logging()
+	if compare != nil {
+		files := strings.Split(*compare, ",")
+		if len(files) != 2 {
+			return fmt.Errorf("-compare takes two reports: -compare=OLD.json,NEW.json")
+		}
+		old, err := bench.Read(files[0])
+		if err != nil {
+			return err
+		}
+		new, err := bench.Read(files[1])
+		if err != nil {
+			return err
+		}
+		return bench.Compare(os.Stdout, old, new)
+	}
+	o := bench.Options{Build: options(platforms, nil, nil)}
+	if runs != nil {
+		o.Runs = *runs
+	}
+	if module != nil {
+		dir := *module
+		if mod, ok := strings.CutPrefix(dir, "modcache:"); ok {
+			copyDir, cleanup, err := bench.CopyFromModuleCache(ctx, mod)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			dir = copyDir
+		}
+		o.Build.Module = dir
+		if root, err := os.Getwd(); err == nil {
+			o.Out = filepath.Join(root, "_output", "bench")
+		}
+	}
+	if packages != nil {
+		o.Build.Packages = strings.Split(*packages, ",")
+	}
+	report, files, err := bench.Run(ctx, o)
+	if err != nil {
+		return err
+	}
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	fmt.Printf("\n%s\n", strings.Join(files, "\n"))
+	return nil
 }

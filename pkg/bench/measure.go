@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// sample is one measured run.
+type sample struct {
+	Wall    time.Duration
+	CPU     time.Duration // -1 when it cannot be read
+	PeakRSS int64         // bytes; -1 when it cannot be read
+}
+
+// treeRSS sums the resident memory of a process and its descendants.
+func treeRSS(pid int) int64 {
+	var total int64
+	seen := map[int]bool{}
+	var walk func(int)
+	walk = func(p int) {
+		if seen[p] {
+			return
+		}
+		seen[p] = true
+		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); err == nil {
+			for _, line := range strings.Split(string(data), "\n") {
+				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+					kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+					total += kb << 10
+				}
+			}
+		}
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
+		for _, t := range tasks {
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", p, t.Name()))
+			if err != nil {
+				continue
+			}
+			for _, c := range strings.Fields(string(data)) {
+				if child, err := strconv.Atoi(c); err == nil {
+					walk(child)
+				}
+			}
+		}
+	}
+	walk(pid)
+	return total
+}
+
+// peakSampler records the largest treeRSS of a process while it runs.
+type peakSampler struct {
+	stop chan struct{}
+	done chan struct{}
+	mu   sync.Mutex
+	peak int64
+}
+
+func samplePeak(pid func() int) *peakSampler {
+	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if p := pid(); p > 0 {
+				rss := treeRSS(p)
+				s.mu.Lock()
+				s.peak = max(s.peak, rss)
+				s.mu.Unlock()
+			}
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return s
+}
+
+func (s *peakSampler) Stop() int64 {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peak
+}
+
+// clockTick is USER_HZ, 100 on every Linux this runs on.
+const clockTick = 10 * time.Millisecond
+
+// processCPU is the user+system time of a process and its reaped children.
+func processCPU(pid int) (time.Duration, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name, which may contain spaces.
+	rest := string(data)
+	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
+		rest = rest[i+2:]
+	}
+	f := strings.Fields(rest)
+	if len(f) < 15 {
+		return 0, false
+	}
+	var ticks int64
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick, true
+}
+
+// runCommand runs a host command, measuring wall time, CPU and peak memory.
+func runCommand(ctx context.Context, dir string, env []string, name string, args ...string) (sample, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	out := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = out, out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return sample{}, err
+	}
+	peak := samplePeak(func() int { return cmd.Process.Pid })
+	err := cmd.Wait()
+	wall := time.Since(start)
+	rss := peak.Stop()
+	if err != nil {
+		return sample{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
+	}
+	s := sample{Wall: wall, CPU: -1, PeakRSS: rss}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		s.PeakRSS = max(s.PeakRSS, ru.Maxrss<<10)
+	}
+	return s, nil
+}
+
+// dirSize is the bytes of regular files under dir.
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// memTotal is the machine's memory in bytes.
+func memTotal() int64 {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,0 +1,10 @@
+package main
+
+import (
+	"os"
+
+	"example.com/tinymod/internal/onlyalpha"
+	"example.com/tinymod/internal/shared"
+)
+
+func main() { os.Stdout.WriteString(shared.Greeting("alpha") + onlyalpha.Suffix()) }

@@ -1,0 +1,9 @@
+package main
+
+import (
+	"os"
+
+	"example.com/tinymod/internal/shared"
+)
+
+func main() { os.Stdout.WriteString(shared.Greeting("beta")) }
