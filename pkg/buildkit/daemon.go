@@ -91,7 +91,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 	if err := ensureRunc(ctx); err != nil {
 		return nil, err
 	}
-	if err := m.buildBinary(ctx); err != nil {
+	if err := m.EnsureBinary(ctx); err != nil {
 		return nil, err
 	}
 	if err := m.start(); err != nil {
@@ -154,13 +154,23 @@ func alive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil
 }
 
-// buildBinary builds buildkitd from build/tools into the cache once.
-func (m *Managed) buildBinary(ctx context.Context) error {
+// EnsureBinary builds buildkitd from build/tools into the cache once. A
+// lock in the cache makes concurrent callers (daemons with other state
+// dirs, parallel test packages) build it once.
+func (m *Managed) EnsureBinary(ctx context.Context) error {
 	if _, err := os.Stat(m.Binary()); err == nil {
 		return nil
 	}
 	if err := os.MkdirAll(m.BinDir, 0o755); err != nil {
 		return err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(m.BinDir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(m.Binary()); err == nil {
+		return nil // built while we waited
 	}
 	logrus.Infof("building buildkitd %s into %s (once; about two minutes)", Version, m.BinDir)
 	tmp := m.Binary() + ".tmp"
