@@ -34,6 +34,15 @@ func logging() {
 	}
 }
 
+// interrupted gives an error the exit code 130 when Ctrl-C (or mage -t)
+// cancelled the target, as shells expect of an interrupted command.
+func interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return mg.Fatalf(130, "interrupted: %v", err)
+	}
+	return err
+}
+
 func options(platforms *string, stamp *bool, progress *string) build.Options {
 	logging()
 	var o build.Options
@@ -53,7 +62,7 @@ func options(platforms *string, stamp *bool, progress *string) build.Options {
 func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool) error {
 	outcome, err := build.Images(ctx, options(platforms, stamp, progress))
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	for _, r := range outcome.Images {
 		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
@@ -72,7 +81,7 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 func Verify(ctx context.Context, platforms *string, progress *string) error {
 	report, err := build.Verify(ctx, options(platforms, nil, progress))
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	if err := report.WriteTable(os.Stdout); err != nil {
 		return err
@@ -122,7 +131,7 @@ func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *str
 	}
 	out, err := build.Binaries(ctx, o)
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	fmt.Println(out.Dir)
 	return nil
@@ -182,7 +191,7 @@ func (Buildkit) Prune(ctx context.Context, all *bool) error {
 func Size(ctx context.Context, platforms *string, progress *string) error {
 	report, err := build.Size(ctx, options(platforms, nil, progress))
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	if err := report.WriteTable(os.Stdout); err != nil {
 		return err
@@ -201,7 +210,7 @@ var Aliases = map[string]any{
 func VerifyRepro(ctx context.Context, platforms *string, progress *string) error {
 	out, err := build.Repro(ctx, options(platforms, nil, progress))
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	for i, img := range out.First {
 		same := "identical"
@@ -262,7 +271,7 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, pla
 	}
 	report, files, err := bench.Run(ctx, o)
 	if err != nil {
-		return err
+		return interrupted(ctx, err)
 	}
 	if err := report.WriteTable(os.Stdout); err != nil {
 		return err

@@ -62,3 +62,50 @@ func Buildkit(t *testing.T) *buildkit.Daemon {
 	t.Setenv(buildkit.HostEnv, m.Address())
 	return &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}
 }
+
+// ManagedCache gives the test its own kiln cache dir (KILN_CACHE_DIR), so
+// that builds start and use a managed daemon of their own, exactly as
+// `mage images` does with BUILDKIT_HOST unset. The buildkitd binary and the
+// toolchain are linked from the real cache instead of being built again.
+// The daemon is stopped at the end.
+func ManagedCache(t *testing.T) *buildkit.Managed {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("integration test: needs buildkitd")
+	}
+	root := RepoRoot(t)
+	real, err := buildkit.DefaultManaged(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := real.EnsureBinary(context.Background()); err != nil {
+		Unavailable(t, "cannot build buildkitd: %v", err)
+	}
+	realCache, err := buildkit.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "kiln-cache-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"bin", "toolchain"} {
+		if _, err := os.Stat(filepath.Join(realCache, sub)); err == nil {
+			if err := os.Symlink(filepath.Join(realCache, sub), filepath.Join(dir, sub)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Setenv("KILN_CACHE_DIR", dir)
+	t.Setenv(buildkit.HostEnv, "")
+	os.Unsetenv(buildkit.HostEnv)
+	m, err := buildkit.DefaultManaged(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.Stop(context.Background())
+		os.RemoveAll(dir)
+	})
+	return m
+}

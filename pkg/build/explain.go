@@ -39,7 +39,8 @@ func record(opts Options, g *graph, steps buildkit.Steps) ([]explain.Explanation
 	}
 	now := explain.Record{Inputs: inputs, Steps: steps}
 	if prev != nil {
-		if err := os.Rename(filepath.Join(dir, lastBuild), filepath.Join(dir, priorBuild)); err != nil {
+		// Another build running at the same time may have moved it already.
+		if err := os.Rename(filepath.Join(dir, lastBuild), filepath.Join(dir, priorBuild)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
 	}

@@ -163,6 +163,29 @@ func TestCompileEnvironmentHoldsNothingOfTheHost(t *testing.T) {
 	}
 }
 
+func TestCompileEnvironmentIsExactlyKilns(t *testing.T) {
+	t.Setenv("GOFLAGS", "-mod=mod")
+	t.Setenv("GOAMD64", "v3")
+	p := testPlan(t, "linux/amd64,linux/arm/v7")
+	want := []string{"CGO_ENABLED", "GOARCH", "GOCACHE", "GOFLAGS", "GOMODCACHE", "GOOS", "GOPROXY", "GOSUMDB", "GOTOOLCHAIN", "HOME", "PATH"}
+	for _, s := range compileSteps(t, mustSteps(t, p)) {
+		var keys []string
+		for _, kv := range s.op.GetExec().Meta.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			if k != "GOARM" {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		if !slices.Equal(keys, want) {
+			t.Errorf("%s: environment %v, want exactly %v", s.name, keys, want)
+		}
+		if v := envValue(s.op.GetExec().Meta.Env, "GOFLAGS"); v != "-mod=readonly" {
+			t.Errorf("%s: the caller's GOFLAGS leaked in: %q", s.name, v)
+		}
+	}
+}
+
 func TestMarshalIsDeterministic(t *testing.T) {
 	p := testPlan(t, "linux/amd64,linux/arm64")
 	_, first := steps(t, p)

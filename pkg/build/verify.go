@@ -76,6 +76,7 @@ func Verify(ctx context.Context, opts Options) (*verify.Report, error) {
 		return nil, err
 	}
 	verify.StaticChecks(report, layouts, binaries)
+	verify.ImageChecks(report, layouts)
 
 	if len(p.Budgets) > 0 {
 		sizes, err := Size(ctx, opts)
@@ -141,6 +142,7 @@ func quickChecks(opts Options, p *plan.Plan) (*verify.Report, error) {
 	}
 	report := &verify.Report{}
 	verify.StaticChecks(report, layouts, binaries)
+	verify.ImageChecks(report, layouts)
 	seen := map[string]bool{}
 	for _, name := range p.PlatformIDs() {
 		for _, img := range p.Images {

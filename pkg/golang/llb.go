@@ -215,7 +215,7 @@ func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
 	args := append([]string{goroot + "/bin/go", "list"}, g.Plan.GoEnv.BuildArgs...)
 	args = append(args, "-e", "-export", "-deps", "-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}")
 	args = append(args, pkgs...)
-	run := g.goStep(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)))
+	run := g.GoCommand(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)))
 	return run.AddMount(outDir, llb.Scratch())
 }
 
@@ -235,7 +235,7 @@ func (g *Graph) CompileWithSymbols(b plan.Binary, src, prepared llb.State, targe
 func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Platform, flags []string, step string) llb.State {
 	args := append([]string{goroot + "/bin/go", "build"}, flags...)
 	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
-	run := g.goStep(args, src, target, fmt.Sprintf("[%s %s] %s", b.Name, config.FormatPlatform(target), step),
+	run := g.GoCommand(args, src, target, fmt.Sprintf("[%s %s] %s", b.Name, config.FormatPlatform(target), step),
 		llb.AddMount("/kiln/prepared", prepared, llb.Readonly))
 	return run.AddMount(outDir, llb.Scratch())
 }
@@ -258,9 +258,10 @@ func withSymbols(args []string) []string {
 	return out
 }
 
-// goStep is a go command on the build platform for one target platform:
-// the toolchain, sources, modules and build cache mounted, no network.
-func (g *Graph) goStep(args []string, src llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
+// GoCommand is a go command on the build platform for one target platform:
+// the toolchain, sources, modules and build cache mounted, no network, and
+// the environment of Env only. Every compile step is one.
+func (g *Graph) GoCommand(args []string, src llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
 	opts := []llb.RunOption{
 		llb.Args(args),
 		llb.Dir(srcDir),

@@ -118,3 +118,36 @@ func BudgetCheck(binary, platform string, size, budget int64, entry *SizeEntry) 
 	}
 	return c
 }
+
+// ImageChecks checks each image's config and files: a non-root user, no
+// setuid or setgid files, nothing world-writable but a sticky /tmp, every
+// file owned by root.
+func ImageChecks(r *Report, layouts map[string]*Layout) {
+	for _, name := range slices.Sorted(maps.Keys(layouts)) {
+		for _, m := range layouts[name].Manifests {
+			subject := fmt.Sprintf("%s %s", name, m.Platform)
+			var problems []string
+			if u := m.Config.Config.User; u == "" || u == "0" || u == "root" || strings.HasPrefix(u, "0:") {
+				problems = append(problems, fmt.Sprintf("runs as root (user %q)", u))
+			}
+			for _, l := range m.Layers {
+				for _, f := range l.Files {
+					switch {
+					case f.Mode&0o6000 != 0:
+						problems = append(problems, fmt.Sprintf("/%s is setuid or setgid (mode %o)", f.Path, f.Mode))
+					case f.Mode&0o002 != 0 && f.Type != '2' && !(f.Path == "tmp" && f.Mode&0o1000 != 0):
+						problems = append(problems, fmt.Sprintf("/%s is world-writable (mode %o)", f.Path, f.Mode))
+					}
+					if f.UID != 0 || f.GID != 0 {
+						problems = append(problems, fmt.Sprintf("/%s is owned by %d:%d, not root", f.Path, f.UID, f.GID))
+					}
+				}
+			}
+			detail := "non-root user " + m.Config.Config.User + ", no setuid/setgid, nothing world-writable but /tmp, root-owned"
+			if len(problems) > 0 {
+				detail = strings.Join(problems, "; ")
+			}
+			r.Add(Check{Check: "image", Subject: subject, OK: len(problems) == 0, Detail: detail})
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package verify
+
+import (
+	"strings"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+func layoutWith(user string, files ...File) map[string]*Layout {
+	m := Manifest{Platform: "linux/amd64", Config: ocispec.Image{Config: ocispec.ImageConfig{User: user}}, Layers: []Layer{{Files: files}}}
+	return map[string]*Layout{"img": {Manifests: []Manifest{m}}}
+}
+
+func TestImageChecks(t *testing.T) {
+	good := []File{{Path: "tmp", Mode: 0o1777, Type: '5'}, {Path: "usr/local/bin/x", Mode: 0o755, Type: '0'}}
+	tests := []struct {
+		name  string
+		l     map[string]*Layout
+		wants string // "" means the check passes
+	}{
+		{"good", layoutWith("65532:65532", good...), ""},
+		{"root user", layoutWith("0:0", good...), "runs as root"},
+		{"no user", layoutWith("", good...), "runs as root"},
+		{"setuid", layoutWith("65532", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid"},
+		{"world-writable", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o666}), "world-writable"},
+		{"non-sticky tmp", layoutWith("65532", File{Path: "tmp", Mode: 0o777, Type: '5'}), "world-writable"},
+		{"not root-owned", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o644, UID: 65532}), "owned by 65532:0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Report{}
+			ImageChecks(r, tt.l)
+			c := r.Checks[0]
+			if tt.wants == "" {
+				if !c.OK {
+					t.Errorf("failed: %s", c.Detail)
+				}
+				return
+			}
+			if c.OK || !strings.Contains(c.Detail, tt.wants) {
+				t.Errorf("got ok=%v %q, want a failure saying %q", c.OK, c.Detail, tt.wants)
+			}
+		})
+	}
+}
