@@ -203,7 +203,40 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 
 // Aliases give the namespaced names to targets whose plain name is taken.
 var Aliases = map[string]any{
-	"verify:repro": VerifyRepro,
+	"verify:repro":  VerifyRepro,
+	"images:push":   ImagesPush,
+	"bench:compare": BenchCompare,
+}
+
+// Builds and pushes every image, all platforms in one index, to -registry=HOST[:PORT] (or REGISTRY) as <registry>/<repository>/<image>:<version>; -latest adds latest, -insecure allows plain HTTP beyond loopback. Credentials come from the Docker config (DOCKER_CONFIG). Alias: images:push.
+func ImagesPush(ctx context.Context, registry *string, latest *bool, insecure *bool, platforms *string, stamp *bool, progress *string) error {
+	var p build.PushOptions
+	if registry != nil {
+		p.Registry = *registry
+	}
+	p.Latest = latest != nil && *latest
+	p.Insecure = insecure != nil && *insecure
+	results, err := build.Push(ctx, options(platforms, stamp, progress), p)
+	if err != nil {
+		return interrupted(ctx, err)
+	}
+	for _, r := range results {
+		fmt.Printf("%s\t%s\n", strings.Join(r.Refs, ","), r.Digest)
+	}
+	return nil
+}
+
+// Compares two bench reports: the median of each scenario, old and new. Alias: bench:compare.
+func BenchCompare(oldReport, newReport string) error {
+	old, err := bench.Read(oldReport)
+	if err != nil {
+		return err
+	}
+	new, err := bench.Read(newReport)
+	if err != nil {
+		return err
+	}
+	return bench.Compare(os.Stdout, old, new)
 }
 
 // Builds every image twice, the second time in isolation (no reused step, an empty Go cache), and compares every index, manifest, config, layer, file and ELF section. Alias: verify:repro.

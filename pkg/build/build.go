@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -49,6 +50,8 @@ type Options struct {
 	OutDir string
 	// SkipChecks skips the static and budget checks after `images`.
 	SkipChecks bool
+	// ProgressOut receives the progress display; os.Stderr when nil.
+	ProgressOut io.Writer
 	// Module builds another Go module's main packages instead of this
 	// repository's binaries: its directory, and Packages, its main packages
 	// (e.g. ./cmd/buildkitd). The toolchain, platforms and cache ids still
@@ -184,6 +187,7 @@ type session struct {
 	daemon *buildkit.Daemon
 	locals map[string]string
 	mode   string
+	out    io.Writer
 }
 
 func start(ctx context.Context, opts Options) (*session, error) {
@@ -231,10 +235,14 @@ func start(ctx context.Context, opts Options) (*session, error) {
 	if len(p.Modules) > 0 {
 		locals[golang.LocalCACerts] = "/etc/ssl/certs"
 	}
-	return &session{graph: newGraph(p, excludes), daemon: d, locals: locals, mode: mode}, nil
+	return &session{graph: newGraph(p, excludes), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut}, nil
 }
 
 func (s *session) close() { s.daemon.Close() }
+
+func (s *session) solveOptions() buildkit.SolveOptions {
+	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out}
+}
 
 // binary returns the compile step of one binary for one platform, once.
 func (s *graph) binary(name string, target ocispec.Platform) llb.State {
@@ -416,7 +424,7 @@ func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
 		})
 	}
-	outcome, err := s.daemon.Solve(ctx, jobs, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
+	outcome, err := s.daemon.Solve(ctx, jobs, s.solveOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -500,7 +508,7 @@ func (s *session) exportFiles(ctx context.Context, name string, files []fileCopy
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   dest,
 	}
-	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: s.locals, Progress: s.mode})
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions())
 	if err != nil {
 		return nil, err
 	}

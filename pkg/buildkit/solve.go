@@ -13,6 +13,7 @@ import (
 
 	"github.com/moby/buildkit/client"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	"github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/util/progress/progressui"
 	"github.com/opencontainers/go-digest"
 	"github.com/tonistiigi/fsutil"
@@ -29,7 +30,8 @@ type Job struct {
 	Export client.ExportEntry
 	// Dest is the final path of the output (a file for tar exporters, a
 	// directory for the local exporter). It appears only when the solve
-	// succeeded; until then the output has a temporary name.
+	// succeeded; until then the output has a temporary name. Empty for
+	// exporters that write nowhere on this machine (a registry push).
 	Dest string
 }
 
@@ -76,6 +78,8 @@ type SolveOptions struct {
 	Progress string
 	// Out receives the progress display; os.Stderr when nil.
 	Out io.Writer
+	// Session holds attachables such as the registry auth provider.
+	Session []session.Attachable
 }
 
 // ProgressModes are the accepted values of -progress and KILN_PROGRESS.
@@ -116,7 +120,9 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	var temps []string
 	cleanup := func() {
 		for _, t := range temps {
-			os.RemoveAll(t)
+			if t != "" {
+				os.RemoveAll(t)
+			}
 		}
 	}
 	results := make([]Result, len(jobs))
@@ -124,20 +130,24 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	eg, egCtx := errgroup.WithContext(ctx)
 	for i, job := range jobs {
 		exp := job.Export
-		tmp, err := tempFor(job.Dest, exp.Type == client.ExporterLocal)
-		if err != nil {
-			cleanup()
-			close(statusCh)
-			<-displayDone
-			return nil, err
-		}
-		temps = append(temps, tmp)
-		if exp.Type == client.ExporterLocal {
-			exp.OutputDir = tmp
-		} else {
-			exp.Output = func(map[string]string) (io.WriteCloser, error) {
-				return os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+		tmp := ""
+		if job.Dest != "" {
+			if tmp, err = tempFor(job.Dest, exp.Type == client.ExporterLocal); err != nil {
+				cleanup()
+				close(statusCh)
+				<-displayDone
+				return nil, err
 			}
+			temps = append(temps, tmp)
+			if exp.Type == client.ExporterLocal {
+				exp.OutputDir = tmp
+			} else {
+				exp.Output = func(map[string]string) (io.WriteCloser, error) {
+					return os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+				}
+			}
+		} else {
+			temps = append(temps, "")
 		}
 		ch := make(chan *client.SolveStatus)
 		fwd.Add(1)
@@ -154,6 +164,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				LocalMounts:   mounts,
 				SharedKey:     "kiln",
 				FrontendAttrs: job.FrontendAttrs,
+				Session:       opts.Session,
 			}, "kiln", job.Build, ch)
 			if err != nil {
 				return fmt.Errorf("%s: %w", job.Name, err)
@@ -171,6 +182,9 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		return nil, d.explain(ctx, err, logs)
 	}
 	for i, job := range jobs {
+		if job.Dest == "" {
+			continue
+		}
 		if err := replace(temps[i], job.Dest); err != nil {
 			cleanup()
 			return nil, err
