@@ -150,8 +150,20 @@ func (m *Managed) Running() (int, bool) {
 	return pid, ok && alive(pid)
 }
 
+// alive reports whether pid runs. A zombie is dead: the daemon stays one
+// when the process that started it is still running and never reaps it.
 func alive(pid int) bool {
-	return syscall.Kill(pid, 0) == nil
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z'
+	}
+	return true
 }
 
 // EnsureBinary builds buildkitd from build/tools into the cache once. A
