@@ -226,6 +226,53 @@ func ImagesPush(ctx context.Context, registry *string, latest *bool, insecure *b
 	return nil
 }
 
+// Builds every image and streams it into containerd (-address or CONTAINERD_ADDRESS, -namespace default k8s.io), all platforms, index digest intact, named <repository>/<image>:<tag>. Alias: images:load.
+func ImagesLoad(ctx context.Context, address *string, namespace *string, platforms *string, stamp *bool, progress *string) error {
+	results, err := build.Load(ctx, options(platforms, stamp, progress), loadOptions(address, namespace))
+	if err != nil {
+		return interrupted(ctx, err)
+	}
+	for _, r := range results {
+		fmt.Printf("%s\t%s\n", r.Ref, r.Digest)
+	}
+	return nil
+}
+
+// Runs every binary of every loaded image with --version under containerd, on each platform (arm through qemu binfmt), and checks version, commit, platform and cgo off. Alias: images:smoke.
+func ImagesSmoke(ctx context.Context, address *string, namespace *string, platforms *string, stamp *bool) error {
+	results, err := build.Smoke(ctx, options(platforms, stamp, nil), loadOptions(address, namespace))
+	if err != nil {
+		return interrupted(ctx, err)
+	}
+	failed := 0
+	for _, r := range results {
+		switch {
+		case r.Skipped != "":
+			fmt.Printf("skip\t%s %s %s: %s\n", r.Image, r.Platform, r.Binary, r.Skipped)
+		case r.Err != "":
+			failed++
+			fmt.Printf("FAIL\t%s %s %s: %s\n", r.Image, r.Platform, r.Binary, r.Err)
+		default:
+			fmt.Printf("ok\t%s %s %s: %s\n", r.Image, r.Platform, r.Binary, r.Output)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d smoke runs failed", failed, len(results))
+	}
+	return nil
+}
+
+func loadOptions(address, namespace *string) build.LoadOptions {
+	var o build.LoadOptions
+	if address != nil {
+		o.Address = *address
+	}
+	if namespace != nil {
+		o.Namespace = *namespace
+	}
+	return o
+}
+
 // Compares two bench reports: the median of each scenario, old and new. Alias: bench:compare.
 func BenchCompare(oldReport, newReport string) error {
 	old, err := bench.Read(oldReport)

@@ -33,7 +33,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	switch args[0] {
-	case "version":
+	case "version", "--version":
 		return versionCmd(args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "antctl: unknown command %q\n%s", args[0], usage)
