@@ -359,3 +359,32 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, pla
 	fmt.Printf("\n%s\n", strings.Join(files, "\n"))
 	return nil
 }
+
+// The release pipeline: stamps version (git describe or VERSION), commit and tree state (a dirty tree refuses unless -force), writes the release assets with SHA256SUMS under _output/release/<version>/, and pushes every image for linux/amd64, linux/arm64 and linux/arm/v7 with provenance and SBOM attestations to -registry (or REGISTRY). -dryrun shows what would be published; -latest, -insecure as for images:push.
+func Release(ctx context.Context, registry *string, latest *bool, insecure *bool, dryrun *bool, force *bool, progress *string) error {
+	o := options(nil, nil, progress)
+	var r build.ReleaseOptions
+	if registry != nil {
+		r.Registry = *registry
+	}
+	r.Latest = latest != nil && *latest
+	r.Insecure = insecure != nil && *insecure
+	r.DryRun = dryrun != nil && *dryrun
+	r.Force = force != nil && *force
+	sum, err := build.Release(ctx, o, r)
+	if err != nil {
+		return interrupted(ctx, err)
+	}
+	verb := "published"
+	if sum.DryRun {
+		verb = "would publish (dry run)"
+	}
+	fmt.Printf("release %s (commit %s, tree %s) %s:\n", sum.Version, sum.Commit, sum.TreeState, verb)
+	for _, img := range sum.Images {
+		fmt.Printf("  image %s [%s] %s\n", strings.Join(img.Refs, ", "), strings.Join(sum.Platforms, ", "), img.Digest)
+	}
+	for _, a := range sum.Assets {
+		fmt.Printf("  asset %s/%s %s\n", sum.AssetsDir, a.Name, a.SHA256)
+	}
+	return nil
+}

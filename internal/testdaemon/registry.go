@@ -3,6 +3,7 @@ package testdaemon
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -140,4 +141,22 @@ func (r *Registry) Manifest(name, ref string) (digest, mediaType string, body []
 		return "", "", nil, fmt.Errorf("GET manifest %s:%s: %s", name, ref, resp.Status)
 	}
 	return resp.Header.Get("Docker-Content-Digest"), resp.Header.Get("Content-Type"), buf, nil
+}
+
+// Blob fetches a blob of a repository.
+func (r *Registry) Blob(name, digest string) ([]byte, error) {
+	req, err := http.NewRequest(http.MethodGet, fmt.Sprintf("http://%s/v2/%s/blobs/%s", r.Addr, name, digest), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.SetBasicAuth(r.User, r.Pass)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET blob %s@%s: %s", name, digest, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
 }

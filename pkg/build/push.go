@@ -95,6 +95,11 @@ func Push(ctx context.Context, opts Options, popts PushOptions) ([]PushResult, e
 }
 
 func (s *session) push(ctx context.Context, registry string, plainHTTP, latest bool) ([]PushResult, error) {
+	return s.pushWith(ctx, registry, plainHTTP, latest, nil)
+}
+
+// pushWith pushes with extra frontend attributes, e.g. attestation requests.
+func (s *session) pushWith(ctx context.Context, registry string, plainHTTP, latest bool, attrs map[string]string) ([]PushResult, error) {
 	tags := []string{s.plan.Stamp.Version}
 	if latest {
 		tags = append(tags, "latest")
@@ -110,16 +115,20 @@ func (s *session) push(ctx context.Context, registry string, plainHTTP, latest b
 			}
 			refs = append(refs, ref)
 		}
-		attrs := s.exporterAttrs(strings.Join(refs, ","))
-		attrs["push"] = "true"
+		exportAttrs := s.exporterAttrs(strings.Join(refs, ","))
+		exportAttrs["push"] = "true"
 		if plainHTTP {
-			attrs["registry.insecure"] = "true"
+			exportAttrs["registry.insecure"] = "true"
+		}
+		frontendAttrs := map[string]string{"platform": strings.Join(s.plan.PlatformIDs(), ",")}
+		for k, v := range attrs {
+			frontendAttrs[k] = v
 		}
 		jobs = append(jobs, buildkit.Job{
 			Name:          img.Name,
 			Build:         s.imageBuild(img),
-			FrontendAttrs: map[string]string{"platform": strings.Join(s.plan.PlatformIDs(), ",")},
-			Export:        client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
+			FrontendAttrs: frontendAttrs,
+			Export:        client.ExportEntry{Type: client.ExporterImage, Attrs: exportAttrs},
 		})
 		results = append(results, PushResult{Name: img.Name, Refs: refs})
 	}

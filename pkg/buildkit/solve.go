@@ -185,7 +185,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		if job.Dest == "" {
 			continue
 		}
-		if err := replace(temps[i], job.Dest); err != nil {
+		if err := Replace(temps[i], job.Dest); err != nil {
 			cleanup()
 			return nil, err
 		}
@@ -212,9 +212,9 @@ func tempFor(dest string, isDir bool) (string, error) {
 	return f.Name(), nil
 }
 
-// replace moves a finished output into place. A directory replaces the old
+// Replace moves a finished output into place. A directory replaces the old
 // one as a whole: old output is kept aside until the new one is in.
-func replace(tmp, dest string) error {
+func Replace(tmp, dest string) error {
 	fi, err := os.Stat(tmp)
 	if err != nil {
 		return err
