@@ -58,9 +58,11 @@ func options(platforms *string, stamp *bool, progress *string) build.Options {
 	return o
 }
 
-// Builds every image as an OCI layout tarball under _output/images/, then checks static linking and size budgets. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson, -explain to say which steps ran and why.
-func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool) error {
-	outcome, err := build.Images(ctx, options(platforms, stamp, progress))
+// Builds every image as an OCI layout tarball under _output/images/, then checks static linking and size budgets. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson, -explain to say which steps ran and why, -cacheto/-cachefrom=type=registry,ref=HOST/REPO,mode=max for a shared layer cache (default: build/kiln.yaml cache.to/from).
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool, cacheto *string, cachefrom *string) error {
+	o := options(platforms, stamp, progress)
+	setCache(&o, cacheto, cachefrom)
+	outcome, err := build.Images(ctx, o)
 	if err != nil {
 		return interrupted(ctx, err)
 	}
@@ -209,14 +211,16 @@ var Aliases = map[string]any{
 }
 
 // Builds and pushes every image, all platforms in one index, to -registry=HOST[:PORT] (or REGISTRY) as <registry>/<repository>/<image>:<version>; -latest adds latest, -insecure allows plain HTTP beyond loopback. Credentials come from the Docker config (DOCKER_CONFIG). Alias: images:push.
-func ImagesPush(ctx context.Context, registry *string, latest *bool, insecure *bool, platforms *string, stamp *bool, progress *string) error {
+func ImagesPush(ctx context.Context, registry *string, latest *bool, insecure *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string) error {
 	var p build.PushOptions
 	if registry != nil {
 		p.Registry = *registry
 	}
 	p.Latest = latest != nil && *latest
 	p.Insecure = insecure != nil && *insecure
-	results, err := build.Push(ctx, options(platforms, stamp, progress), p)
+	o := options(platforms, stamp, progress)
+	setCache(&o, cacheto, cachefrom)
+	results, err := build.Push(ctx, o, p)
 	if err != nil {
 		return interrupted(ctx, err)
 	}
@@ -260,6 +264,15 @@ func ImagesSmoke(ctx context.Context, address *string, namespace *string, platfo
 		return fmt.Errorf("%d of %d smoke runs failed", failed, len(results))
 	}
 	return nil
+}
+
+func setCache(o *build.Options, to, from *string) {
+	if to != nil {
+		o.CacheTo = *to
+	}
+	if from != nil {
+		o.CacheFrom = *from
+	}
 }
 
 func loadOptions(address, namespace *string) build.LoadOptions {

@@ -55,6 +55,9 @@ type Options struct {
 	SkipChecks bool
 	// ProgressOut receives the progress display; os.Stderr when nil.
 	ProgressOut io.Writer
+	// CacheTo and CacheFrom override build/kiln.yaml's cache.to and
+	// cache.from (BuildKit layer caches, e.g. type=registry,ref=…,mode=max).
+	CacheTo, CacheFrom string
 	// Module builds another Go module's main packages instead of this
 	// repository's binaries: its directory, and Packages, its main packages
 	// (e.g. ./cmd/buildkitd). The toolchain, platforms and cache ids still
@@ -193,6 +196,8 @@ type session struct {
 	locals map[string]string
 	mode   string
 	out    io.Writer
+	// cacheTo and cacheFrom are the layer caches every solve uses.
+	cacheTo, cacheFrom []client.CacheOptionsEntry
 }
 
 func start(ctx context.Context, opts Options) (*session, error) {
@@ -240,13 +245,82 @@ func start(ctx context.Context, opts Options) (*session, error) {
 	if len(p.Modules) > 0 {
 		locals[golang.LocalCACerts] = "/etc/ssl/certs"
 	}
-	return &session{graph: newGraph(p, excludes), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut}, nil
+	s := &session{graph: newGraph(p, excludes), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut}
+	if s.cacheTo, err = cacheEntries(opts.CacheTo, p.Cache.To, "-cacheto"); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if s.cacheFrom, err = cacheEntries(opts.CacheFrom, p.Cache.From, "-cachefrom"); err != nil {
+		d.Close()
+		return nil, err
+	}
+	s.cacheFrom = s.perImageImports(s.cacheFrom)
+	return s, nil
 }
 
 func (s *session) close() { s.daemon.Close() }
 
 func (s *session) solveOptions() buildkit.SolveOptions {
-	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out}
+	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: authSession()}
+}
+
+// cacheImports are the layer caches the client asked for: a gateway build
+// must pass them on to each solve itself, as the Dockerfile frontend does.
+func cacheImports(c gateway.Client) []gateway.CacheOptionsEntry {
+	var entries []gateway.CacheOptionsEntry
+	if dt := c.BuildOpts().Opts["cache-imports"]; dt != "" {
+		json.Unmarshal([]byte(dt), &entries) // written by the client library from our own options
+	}
+	return entries
+}
+
+// perImageImports imports every image's registry cache (exports are
+// tagged per image), and the binaries export as well.
+func (s *session) perImageImports(imports []client.CacheOptionsEntry) []client.CacheOptionsEntry {
+	var out []client.CacheOptionsEntry
+	for _, e := range imports {
+		ref := e.Attrs["ref"]
+		if e.Type != "registry" || ref == "" {
+			out = append(out, e)
+			continue
+		}
+		names := []string{"binaries"}
+		for _, img := range s.plan.Images {
+			names = append(names, img.Name)
+		}
+		for _, n := range names {
+			attrs := map[string]string{}
+			for k, v := range e.Attrs {
+				attrs[k] = v
+			}
+			attrs["ref"] = buildkit.JobCacheRef(ref, n)
+			out = append(out, client.CacheOptionsEntry{Type: e.Type, Attrs: attrs})
+		}
+	}
+	return out
+}
+
+// cacheEntries parses a layer cache from the flag, else the configuration.
+// A registry on loopback is reached over plain HTTP, as for pushes.
+func cacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, error) {
+	value, source := flag, name
+	if value == "" {
+		value, source = configured, config.File+" cache"
+	}
+	if value == "" {
+		return nil, nil
+	}
+	spec, err := config.ParseCache(value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if ref := spec.Attrs["ref"]; ref != "" {
+		if _, plainHTTP, err := registryHost(strings.SplitN(ref, "/", 2)[0], false); err == nil && plainHTTP {
+			spec.Attrs["registry.insecure"] = "true"
+		}
+	}
+	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
 }
 
 // binary returns the compile step of one binary for one platform, once.
@@ -341,7 +415,7 @@ func (s *graph) imageBuild(img plan.Image) gateway.BuildFunc {
 				if err != nil {
 					return err
 				}
-				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: cacheImports(c)})
 				if err != nil {
 					return err
 				}
@@ -555,7 +629,7 @@ func (s *session) exportFiles(ctx context.Context, name string, files []fileCopy
 			if err != nil {
 				return nil, err
 			}
-			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: cacheImports(c)})
 		},
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   dest,

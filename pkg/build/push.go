@@ -132,9 +132,7 @@ func (s *session) pushWith(ctx context.Context, registry string, plainHTTP, late
 		})
 		results = append(results, PushResult{Name: img.Name, Refs: refs})
 	}
-	so := s.solveOptions()
-	so.Session = authSession()
-	out, err := s.daemon.Solve(ctx, jobs, so)
+	out, err := s.daemon.Solve(ctx, jobs, s.solveOptions())
 	if err != nil {
 		return nil, explainPush(err, registry)
 	}

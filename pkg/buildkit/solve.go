@@ -80,6 +80,8 @@ type SolveOptions struct {
 	Out io.Writer
 	// Session holds attachables such as the registry auth provider.
 	Session []session.Attachable
+	// CacheExports and CacheImports are BuildKit layer caches.
+	CacheExports, CacheImports []client.CacheOptionsEntry
 }
 
 // ProgressModes are the accepted values of -progress and KILN_PROGRESS.
@@ -165,6 +167,8 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				SharedKey:     "kiln",
 				FrontendAttrs: job.FrontendAttrs,
 				Session:       opts.Session,
+				CacheExports:  perJob(opts.CacheExports, job.Name),
+				CacheImports:  opts.CacheImports,
 			}, "kiln", job.Build, ch)
 			if err != nil {
 				return fmt.Errorf("%s: %w", job.Name, err)
@@ -191,6 +195,32 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		}
 	}
 	return &Outcome{Results: results, Steps: logs.steps()}, nil
+}
+
+// perJob gives each job's registry cache export a tag of its own
+// (<ref>-<job>), so concurrent jobs do not overwrite each other's cache.
+func perJob(exports []client.CacheOptionsEntry, job string) []client.CacheOptionsEntry {
+	var out []client.CacheOptionsEntry
+	for _, e := range exports {
+		attrs := map[string]string{}
+		for k, v := range e.Attrs {
+			attrs[k] = v
+		}
+		if ref := attrs["ref"]; e.Type == "registry" && ref != "" {
+			attrs["ref"] = JobCacheRef(ref, job)
+		}
+		out = append(out, client.CacheOptionsEntry{Type: e.Type, Attrs: attrs})
+	}
+	return out
+}
+
+// JobCacheRef is the registry cache reference one job exports to.
+func JobCacheRef(ref, job string) string {
+	slash := strings.LastIndex(ref, "/")
+	if colon := strings.LastIndex(ref, ":"); colon > slash {
+		return ref + "-" + job
+	}
+	return ref + ":" + job
 }
 
 // tempFor reserves a temporary name beside dest, on the same file system,
@@ -284,7 +314,8 @@ func (v *vertexLogs) record(s *client.SolveStatus) {
 		}
 		v.vertices[vx.Digest] = vx
 		v.names[vx.Digest] = vx.Name
-		if vx.Error != "" && !strings.Contains(vx.Error, "context canceled") {
+		// A missing cache to import is a warning, not the build's failure.
+		if vx.Error != "" && !strings.Contains(vx.Error, "context canceled") && !strings.HasPrefix(vx.Name, "importing cache manifest") {
 			if _, seen := v.errs[vx.Digest]; !seen {
 				v.order = append(v.order, vx.Digest)
 			}

@@ -86,6 +86,10 @@ type Stamp struct {
 type Cache struct {
 	GoCache    string `yaml:"gocache"`
 	GoModCache string `yaml:"gomodcache"`
+	// To and From are BuildKit layer caches, e.g.
+	// "type=registry,ref=registry.example/antrea/cache,mode=max".
+	To   string `yaml:"to"`
+	From string `yaml:"from"`
 }
 
 // Image is images/<name>/image.yaml.
@@ -270,6 +274,14 @@ func (c *Config) validate() error {
 	}
 	if !nameRE.MatchString(c.Cache.GoModCache) {
 		return fieldErr(f, "cache.gomodcache", "%q is not a cache id (lower-case letters, digits, '.', '_', '-')", c.Cache.GoModCache)
+	}
+	for _, field := range []struct{ name, value string }{{"cache.to", c.Cache.To}, {"cache.from", c.Cache.From}} {
+		if field.value == "" {
+			continue
+		}
+		if _, err := ParseCache(field.value); err != nil {
+			return fieldErr(f, field.name, "%v", err)
+		}
 	}
 	if c.Cache.GoCache == c.Cache.GoModCache {
 		return fieldErr(f, "cache.gomodcache", "must differ from cache.gocache")

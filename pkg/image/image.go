@@ -106,5 +106,13 @@ func Config(p *plan.Plan, img plan.Image, target ocispec.Platform) ocispec.Image
 			Labels:     labels,
 		},
 		RootFS: ocispec.RootFS{Type: "layers"},
+		// Written here, not left to the exporter: it would describe a layer
+		// taken from an imported cache as "imported <digest>", and the
+		// digest would then depend on where the layer came from.
+		History: []ocispec.History{{
+			Created:   &created,
+			CreatedBy: fmt.Sprintf("kiln: assemble %s for %s", img.Name, config.FormatPlatform(target)),
+			Comment:   "kiln",
+		}},
 	}
 }
