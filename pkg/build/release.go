@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 
-
 	"github.com/kiln-build/kiln/pkg/buildkit"
 	"github.com/kiln-build/kiln/pkg/config"
 	"github.com/kiln-build/kiln/pkg/release"
@@ -135,4 +134,3 @@ func (s *session) writeAssets(ctx context.Context, sum *ReleaseSummary) error {
 	}
 	return nil
 }
-

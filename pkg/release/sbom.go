@@ -33,13 +33,13 @@ type spdxCreationInfo struct {
 }
 
 type spdxPackage struct {
-	SPDXID           string        `json:"SPDXID"`
-	Name             string        `json:"name"`
-	VersionInfo      string        `json:"versionInfo,omitempty"`
-	DownloadLocation string        `json:"downloadLocation"`
-	FilesAnalyzed    bool          `json:"filesAnalyzed"`
-	ExternalRefs     []spdxExtRef  `json:"externalRefs,omitempty"`
-	Comment          string        `json:"comment,omitempty"`
+	SPDXID           string       `json:"SPDXID"`
+	Name             string       `json:"name"`
+	VersionInfo      string       `json:"versionInfo,omitempty"`
+	DownloadLocation string       `json:"downloadLocation"`
+	FilesAnalyzed    bool         `json:"filesAnalyzed"`
+	ExternalRefs     []spdxExtRef `json:"externalRefs,omitempty"`
+	Comment          string       `json:"comment,omitempty"`
 }
 
 type spdxExtRef struct {
