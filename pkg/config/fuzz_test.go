@@ -15,8 +15,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add(strings.Replace(goodKiln, "linux/arm64", "linux/arm/v7", 1), "binaries: [antctl]\nentrypoint: [/x]\nfiles:\n  - src: a\n    dest: /a\n")
 	f.Add("toolchain: [", "binaries: {")
 	f.Add("budgets:\n  antctl: 1e999MiB\n"+goodKiln, goodImage)
+	root := f.TempDir() // one tree per worker, rewritten for every input
 	f.Fuzz(func(t *testing.T, kiln, image string) {
-		root := t.TempDir()
 		for rel, content := range map[string]string{File: kiln, "images/antrea-agent/image.yaml": image} {
 			path := filepath.Join(root, rel)
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
