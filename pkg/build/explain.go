@@ -92,15 +92,5 @@ func (g *graph) definitions() (map[string]string, error) {
 }
 
 func readRecord(path string) (*explain.Record, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, err
-	}
-	var r explain.Record
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a build record (delete it): %w", path, err)
-	}
-	return &r, nil
+	return readJSON[explain.Record](path, "build record")
 }

@@ -66,7 +66,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 			report.Entries = append(report.Entries, e)
 		}
 	}
-	prev, err := readSizeReport(filepath.Join(dir, sizeJSON))
+	prev, err := readJSON[verify.SizeReport](filepath.Join(dir, sizeJSON), "size report")
 	if err != nil {
 		return nil, err
 	}
@@ -101,18 +101,19 @@ func variant(v string) string {
 	return "/" + v
 }
 
-func readSizeReport(path string) (*verify.SizeReport, error) {
+// readJSON reads a JSON file kiln wrote earlier; a missing file is nil.
+func readJSON[T any](path, what string) (*T, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
 		return nil, err
 	}
-	var r verify.SizeReport
-	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%s: not a size report (delete it to start afresh): %w", path, err)
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("%s: not a %s (delete it to start afresh): %w", path, what, err)
 	}
-	return &r, nil
+	return &v, nil
 }
 
 // writeAtomic writes a file under a temporary name and renames it.
