@@ -14,6 +14,8 @@ import (
 	bksession "github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/session/auth/authprovider"
 
+	"github.com/sirupsen/logrus"
+
 	"github.com/kiln-build/kiln/pkg/buildkit"
 )
 
@@ -61,19 +63,28 @@ func registryHost(registry string, insecure bool) (string, bool, error) {
 	return registry, loopback || insecure, nil
 }
 
+// dockerConfigDir is DOCKER_CONFIG, else ~/.docker, read at every call:
+// the docker/cli package caches it for the life of the process.
+func dockerConfigDir() string {
+	if dir := os.Getenv("DOCKER_CONFIG"); dir != "" {
+		return dir
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".docker")
+}
+
 // dockerConfigPath is where credentials are read from, for error messages.
 func dockerConfigPath() string {
-	dir := os.Getenv("DOCKER_CONFIG")
-	if dir == "" {
-		dir = config.Dir()
-	}
-	return filepath.Join(dir, config.ConfigFileName)
+	return filepath.Join(dockerConfigDir(), config.ConfigFileName)
 }
 
 // authSession gives BuildKit the Docker config's credentials, on demand:
 // they never enter the LLB definition, the logs or an image.
 func authSession() []bksession.Attachable {
-	cfg := config.LoadDefaultConfigFile(os.Stderr)
+	cfg, err := config.Load(dockerConfigDir())
+	if err != nil {
+		logrus.Warnf("read %s: %v; pushing without credentials", dockerConfigPath(), err)
+	}
 	return []bksession.Attachable{authprovider.NewDockerAuthProvider(authprovider.DockerAuthProviderConfig{
 		AuthConfigProvider: authprovider.LoadAuthConfig(cfg),
 	})}
