@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/distribution/reference"
@@ -153,14 +154,17 @@ func (s *session) pushWith(ctx context.Context, registry string, plainHTTP, late
 	return results, nil
 }
 
+// status401 is an HTTP 401, not a port or digest that contains 401.
+var status401 = regexp.MustCompile(`(^|[^0-9:.a-f])401([^0-9a-f]|$)`)
+
 // explainPush adds the remedy to the registry errors people meet most.
 func explainPush(err error, registry string) error {
 	msg := err.Error()
 	switch {
-	case strings.Contains(msg, "401") || strings.Contains(strings.ToLower(msg), "unauthorized") || strings.Contains(msg, "authentication required"):
-		return fmt.Errorf("push to %s: the registry refused the credentials (401); kiln reads them from %s (DOCKER_CONFIG); log in with `docker login %s` or fix that file: %w", registry, dockerConfigPath(), registry, err)
 	case strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout"):
 		return fmt.Errorf("push to %s: the registry is unreachable; start it or fix -registry/%s, then run the push again: %w", registry, RegistryEnv, err)
+	case status401.MatchString(msg) || strings.Contains(strings.ToLower(msg), "unauthorized") || strings.Contains(msg, "authentication required"):
+		return fmt.Errorf("push to %s: the registry refused the credentials (401); kiln reads them from %s (DOCKER_CONFIG); log in with `docker login %s` or fix that file: %w", registry, dockerConfigPath(), registry, err)
 	}
 	return fmt.Errorf("push to %s: %w", registry, err)
 }
