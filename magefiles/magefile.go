@@ -1,7 +1,10 @@
 //go:build mage
 
 // kiln builds the Antrea-shaped binaries of this repository into
-// reproducible multi-arch OCI images through BuildKit.
+// reproducible multi-arch OCI images through BuildKit. The names
+// images:load, images:smoke, images:push, verify:repro and bench:compare
+// are aliases of imagesLoad, imagesSmoke, imagesPush, verifyRepro and
+// benchCompare.
 //
 // Environment: BUILDKIT_HOST (a daemon to use instead of the managed one),
 // PLATFORMS (comma-separated target platforms), KILN_PROGRESS (auto, tty,
