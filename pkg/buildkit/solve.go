@@ -129,7 +129,10 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	}
 	results := make([]Result, len(jobs))
 	var fwd sync.WaitGroup
-	eg, egCtx := errgroup.WithContext(ctx)
+	// A failing job does not cancel its siblings: cancelling a session in
+	// the middle of its work has left the shared local-source snapshot
+	// incomplete for the next build.
+	var eg errgroup.Group
 	for i, job := range jobs {
 		exp := job.Export
 		tmp := ""
@@ -161,7 +164,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 			}
 		}()
 		eg.Go(func() error {
-			resp, err := d.Build(egCtx, client.SolveOpt{
+			resp, err := d.Build(ctx, client.SolveOpt{
 				Exports:       []client.ExportEntry{exp},
 				LocalMounts:   mounts,
 				SharedKey:     "kiln",
