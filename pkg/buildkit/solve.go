@@ -17,7 +17,6 @@ import (
 	"github.com/moby/buildkit/util/progress/progressui"
 	"github.com/opencontainers/go-digest"
 	"github.com/tonistiigi/fsutil"
-	"golang.org/x/sync/errgroup"
 )
 
 // Job is one solve: a gateway build function and where its result goes.
@@ -129,10 +128,11 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	}
 	results := make([]Result, len(jobs))
 	var fwd sync.WaitGroup
-	// A failing job does not cancel its siblings: cancelling a session in
-	// the middle of its work has left the shared local-source snapshot
-	// incomplete for the next build.
-	var eg errgroup.Group
+	// Jobs run one after another. Concurrent sessions syncing the same local
+	// sources into one shared snapshot were seen, rarely, to give a step a
+	// source tree without go.mod; the jobs share most steps, so running them
+	// in turn costs little.
+	var runs []func() error
 	for i, job := range jobs {
 		exp := job.Export
 		tmp := ""
@@ -154,16 +154,16 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		} else {
 			temps = append(temps, "")
 		}
-		ch := make(chan *client.SolveStatus)
-		fwd.Add(1)
-		go func() {
-			defer fwd.Done()
-			for s := range ch {
-				logs.record(s)
-				statusCh <- s
-			}
-		}()
-		eg.Go(func() error {
+		runs = append(runs, func() error {
+			ch := make(chan *client.SolveStatus) // closed by Build
+			fwd.Add(1)
+			go func() {
+				defer fwd.Done()
+				for s := range ch {
+					logs.record(s)
+					statusCh <- s
+				}
+			}()
 			resp, err := d.Build(ctx, client.SolveOpt{
 				Exports:       []client.ExportEntry{exp},
 				LocalMounts:   mounts,
@@ -180,7 +180,12 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 			return nil
 		})
 	}
-	err = eg.Wait()
+	err = nil
+	for _, run := range runs {
+		if err = run(); err != nil {
+			break
+		}
+	}
 	fwd.Wait()
 	close(statusCh)
 	<-displayDone
