@@ -301,14 +301,17 @@ type vertexLogs struct {
 	mu       sync.Mutex
 	vertices map[digest.Digest]*client.Vertex
 	seen     []digest.Digest
-	names    map[digest.Digest]string
-	errs     map[digest.Digest]string
-	output   map[digest.Digest][]byte
-	order    []digest.Digest
+	// ran marks vertices that executed in some job; a later job of the same
+	// Solve reports the same vertex as cached.
+	ran    map[digest.Digest]bool
+	names  map[digest.Digest]string
+	errs   map[digest.Digest]string
+	output map[digest.Digest][]byte
+	order  []digest.Digest
 }
 
 func newVertexLogs() *vertexLogs {
-	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
+	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, ran: map[digest.Digest]bool{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
 }
 
 const maxLogPerVertex = 64 << 10
@@ -321,6 +324,9 @@ func (v *vertexLogs) record(s *client.SolveStatus) {
 			v.seen = append(v.seen, vx.Digest)
 		}
 		v.vertices[vx.Digest] = vx
+		if !vx.Cached && vx.Completed != nil {
+			v.ran[vx.Digest] = true
+		}
 		v.names[vx.Digest] = vx.Name
 		// A missing cache to import is a warning, not the build's failure.
 		if vx.Error != "" && !strings.Contains(vx.Error, "context canceled") && !strings.HasPrefix(vx.Name, "importing cache manifest") {
@@ -347,7 +353,7 @@ func (v *vertexLogs) steps() Steps {
 		if vx.Name == "" || !strings.HasPrefix(vx.Name, "[") {
 			continue // kiln names its vertices "[what] step"; skip BuildKit's own
 		}
-		st := Step{Name: vx.Name, Cached: vx.Cached}
+		st := Step{Name: vx.Name, Cached: !v.ran[dg]}
 		if vx.Started != nil && vx.Completed != nil {
 			st.Duration = vx.Completed.Sub(*vx.Started)
 		}
