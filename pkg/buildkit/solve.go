@@ -286,7 +286,12 @@ func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs) error
 		return fmt.Errorf("build interrupted: %w", ctx.Err())
 	}
 	if d.Managed != nil {
-		if pid, ok := d.Managed.PID(); ok && !alive(pid) {
+		pid, ok := d.Managed.PID()
+		// The connection can drop before the killed process is gone.
+		for i := 0; ok && alive(pid) && i < 40; i++ {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if ok && !alive(pid) {
 			return fmt.Errorf("the managed buildkitd (pid %d) died during the build; the next run restarts it\n%s", pid, tail(d.Managed.LogFile(), 10))
 		}
 	}
