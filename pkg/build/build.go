@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
+	bksession "github.com/moby/buildkit/session"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	gatewaypb "github.com/moby/buildkit/frontend/gateway/pb"
 	"github.com/moby/buildkit/solver/result"
@@ -175,15 +177,15 @@ type graph struct {
 	prepared map[string]llb.State // by platform
 }
 
-func newGraph(p *plan.Plan, excludes []string) *graph {
-	return newGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain))
+func newGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *graph {
+	return newGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain), fetch)
 }
 
 // newGraphFrom builds a graph on given context and toolchain sources.
-func newGraphFrom(p *plan.Plan, context, toolchain llb.State) *graph {
+func newGraphFrom(p *plan.Plan, context, toolchain llb.State, fetch *golang.Fetch) *graph {
 	return &graph{
 		plan:     p,
-		golang:   golang.NewGraph(p, context, toolchain),
+		golang:   golang.NewGraph(p, context, toolchain, fetch),
 		binaries: map[string]llb.State{},
 		prepared: map[string]llb.State{},
 	}
@@ -198,6 +200,8 @@ type session struct {
 	out    io.Writer
 	// cacheTo and cacheFrom are the layer caches every solve uses.
 	cacheTo, cacheFrom []client.CacheOptionsEntry
+	// attach are the module download step's secrets and SSH agent.
+	attach []bksession.Attachable
 }
 
 func start(ctx context.Context, opts Options) (*session, error) {
@@ -242,10 +246,20 @@ func start(ctx context.Context, opts Options) (*session, error) {
 		return nil, err
 	}
 	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
+	var fetch *golang.Fetch
+	var attach []bksession.Attachable
 	if len(p.Modules) > 0 {
 		locals[golang.LocalCACerts] = "/etc/ssl/certs"
+		if fetch, err = golang.ResolveFetch(cache); err == nil {
+			attach, err = fetch.Attachables()
+		}
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		maps.Copy(locals, fetch.Locals())
 	}
-	s := &session{graph: newGraph(p, excludes), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut}
+	s := &session{graph: newGraph(p, excludes, fetch), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut, attach: attach}
 	if s.cacheTo, err = cacheEntries(opts.CacheTo, p.Cache.To, "-cacheto"); err != nil {
 		d.Close()
 		return nil, err
@@ -262,7 +276,7 @@ func (s *session) close() { s.daemon.Close() }
 
 func (s *session) solveOptions() buildkit.SolveOptions {
 	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
-		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: authSession()}
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(authSession(), s.attach...), Hint: plan.Hint}
 }
 
 // cacheImports are the layer caches the client asked for: a gateway build

@@ -33,7 +33,7 @@ type step struct {
 // the ops, with their vertex names, of all definitions together.
 func steps(t *testing.T, p *plan.Plan) ([]step, [][]byte) {
 	t.Helper()
-	g := newGraph(p, nil)
+	g := newGraph(p, nil, nil)
 	var out []step
 	var raw [][]byte
 	for _, img := range p.Images {
@@ -164,7 +164,8 @@ func TestCompileEnvironmentHoldsNothingOfTheHost(t *testing.T) {
 }
 
 func TestCompileEnvironmentIsExactlyKilns(t *testing.T) {
-	t.Setenv("GOFLAGS", "-mod=mod")
+	// The caller's module mode is honoured (issue 8); nothing else of GOFLAGS.
+	t.Setenv("GOFLAGS", "-tags=hostonly -mod=mod")
 	t.Setenv("GOAMD64", "v3")
 	p := testPlan(t, "linux/amd64,linux/arm/v7")
 	want := []string{"CGO_ENABLED", "GOARCH", "GOCACHE", "GOFLAGS", "GOMODCACHE", "GOOS", "GOPROXY", "GOSUMDB", "GOTOOLCHAIN", "HOME", "PATH"}
@@ -180,8 +181,8 @@ func TestCompileEnvironmentIsExactlyKilns(t *testing.T) {
 		if !slices.Equal(keys, want) {
 			t.Errorf("%s: environment %v, want exactly %v", s.name, keys, want)
 		}
-		if v := envValue(s.op.GetExec().Meta.Env, "GOFLAGS"); v != "-mod=readonly" {
-			t.Errorf("%s: the caller's GOFLAGS leaked in: %q", s.name, v)
+		if v := envValue(s.op.GetExec().Meta.Env, "GOFLAGS"); v != "-mod=mod" {
+			t.Errorf("%s: GOFLAGS=%q, want the caller's module mode alone (-mod=mod)", s.name, v)
 		}
 	}
 }

@@ -44,9 +44,13 @@ func WritePlanText(w io.Writer, p *plan.Plan) {
 	fmt.Fprintf(w, "stamp       version=%s commit=%s tree=%s release=%t\n", p.Stamp.Version, p.Stamp.Commit, p.Stamp.TreeState, p.Stamp.Release)
 	fmt.Fprintf(w, "source date %d (%s)\n", p.SourceDateEpoch, p.Created().Format("2006-01-02T15:04:05Z"))
 	fmt.Fprintf(w, "cache ids   GOCACHE=%s GOMODCACHE=%s\n", p.Cache.GoCache, p.Cache.GoModCache)
-	if len(p.Modules) == 0 {
+	fmt.Fprintf(w, "module mode -mod=%s (%s)\n", p.ModMode, p.ModModeFrom)
+	switch {
+	case p.ModMode == plan.ModVendor:
+		fmt.Fprintf(w, "modules     from vendor/ (no download step)\n")
+	case len(p.Modules) == 0:
 		fmt.Fprintf(w, "modules     none beyond the standard library (no download step)\n")
-	} else {
+	default:
 		fmt.Fprintf(w, "modules     %s\n", strings.Join(p.Modules, " "))
 	}
 	fmt.Fprintf(w, "\nGo environment (every binary; only GOOS/GOARCH/GOARM differ):\n")
@@ -54,7 +58,7 @@ func WritePlanText(w io.Writer, p *plan.Plan) {
 	fmt.Fprintf(w, "  flags %s\n", strings.Join(p.GoEnv.BuildArgs, " "))
 	fmt.Fprintf(w, "\nbinaries:\n")
 	for _, b := range p.Binaries {
-		fmt.Fprintf(w, "  %-18s %-24s %d source files\n", b.Name, b.Package, len(b.Files))
+		fmt.Fprintf(w, "  %-18s %-24s %-28s %d source files\n", b.Name, b.Package, b.Module, len(b.Files))
 	}
 	fmt.Fprintf(w, "\nimages:\n")
 	for _, img := range p.Images {

@@ -49,7 +49,7 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 	defer s.pruneReproCache(context.WithoutCancel(ctx))
 	isolated := *s.plan
 	isolated.Cache.GoCache = reproCache
-	second := &session{graph: newGraphFrom(&isolated, s.golang.Context, s.golang.Toolchain), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out}
+	second := &session{graph: newGraphFrom(&isolated, s.golang.Context, s.golang.Toolchain, s.golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
 	second.noCache = true
 	opts2 := opts
 	opts2.OutDir, opts2.SkipChecks = filepath.Join(tmp, "second"), true

@@ -81,6 +81,8 @@ type SolveOptions struct {
 	Session []session.Attachable
 	// CacheExports and CacheImports are BuildKit layer caches.
 	CacheExports, CacheImports []client.CacheOptionsEntry
+	// Hint, when set, adds a remedy to a failed step's output ("" for none).
+	Hint func(output string) string
 }
 
 // ProgressModes are the accepted values of -progress and KILN_PROGRESS.
@@ -191,7 +193,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	<-displayDone
 	if err != nil {
 		cleanup()
-		return nil, d.explain(ctx, err, logs)
+		return nil, d.explain(ctx, err, logs, opts.Hint)
 	}
 	for i, job := range jobs {
 		if job.Dest == "" {
@@ -281,7 +283,7 @@ func Replace(tmp, dest string) error {
 
 // explain turns a solve error into one message: a vanished daemon is named as
 // such, and a failed step shows its own output, not the whole build's.
-func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs) error {
+func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs, hint func(string) string) error {
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return fmt.Errorf("build interrupted: %w", ctx.Err())
 	}
@@ -296,6 +298,9 @@ func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs) error
 		}
 	}
 	if name, output := logs.failed(); name != "" {
+		if hint != nil {
+			output += hint(output)
+		}
 		return fmt.Errorf("%s failed:\n%s", name, output)
 	}
 	return err

@@ -71,13 +71,20 @@ type Graph struct {
 	Context   llb.State
 	Toolchain llb.State
 	// Modules is the module cache the compile steps read: the output of the
-	// download step, or empty when the binaries import the standard library only.
+	// download step, or empty when the binaries import the standard library
+	// only or use vendor/.
 	Modules llb.State
+	// Fetch is how the download step reaches modules.
+	Fetch *Fetch
 }
 
 // NewGraph wires the toolchain, the context and the module download step.
-func NewGraph(p *plan.Plan, context, toolchain llb.State) *Graph {
-	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch()}
+// A nil fetch downloads with network and go's defaults.
+func NewGraph(p *plan.Plan, context, toolchain llb.State, fetch *Fetch) *Graph {
+	if fetch == nil {
+		fetch = &Fetch{}
+	}
+	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch}
 	if len(p.Modules) > 0 {
 		g.Modules = g.downloadModules()
 	}
@@ -89,30 +96,25 @@ func (g *Graph) base() llb.State {
 	return llb.Scratch().Platform(g.Plan.BuildPlatform)
 }
 
-// goModFiles is go.mod and go.sum alone: the only inputs of the download step.
+// goModFiles is the go.mod, go.sum and go.work files alone: the only
+// repository inputs of the download step.
 func (g *Graph) goModFiles() llb.State {
 	return llb.Scratch().File(
 		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
 			CopyDirContentsOnly: true,
-			IncludePatterns:     []string{"go.mod", "go.sum"},
+			IncludePatterns:     escapePatterns(g.Plan.ModFiles),
 			AllowEmptyWildcard:  true,
 		}), llb.WithCustomName("[go] go.mod and go.sum"))
 }
 
-// callerModuleEnv is the caller's module environment, passed to the download
-// step only (it needs it to reach private modules and proxies).
-func callerModuleEnv() []string {
-	var env []string
-	for _, k := range []string{"GOPROXY", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOSUMDB", "GOINSECURE"} {
-		if v, ok := os.LookupEnv(k); ok {
-			env = append(env, k+"="+v)
-		}
+// fetchBase is the root filesystem of the download step: git and ssh when
+// modules may come straight from their repositories, else empty.
+func (g *Graph) fetchBase() llb.State {
+	if g.Fetch.Tools == "" {
+		return g.base()
 	}
-	flags := "-modcacherw"
-	if v := os.Getenv("GOFLAGS"); v != "" {
-		flags = v + " " + flags
-	}
-	return append(env, "GOFLAGS="+flags)
+	return llb.Local(LocalVCSTools, LocalID(LocalVCSTools), llb.SharedKeyHint(LocalVCSTools),
+		llb.WithCustomName("[go] git and ssh")).Platform(g.Plan.BuildPlatform)
 }
 
 // downloadModules fetches the binaries' modules with network into the
@@ -122,13 +124,17 @@ func callerModuleEnv() []string {
 func (g *Graph) downloadModules() llb.State {
 	mods := g.goModFiles()
 	args := append([]string{goroot + "/bin/go", "mod", "download"}, g.Plan.Modules...)
+	gowork := "off"
+	if g.Plan.Workspace {
+		gowork = plan.WorkFile
+	}
 	common := []llb.RunOption{
 		llb.Args(args),
 		llb.Dir(srcDir),
-		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),
 		llb.AddEnv("GOTOOLCHAIN", "local"),
 		llb.AddEnv("CGO_ENABLED", "0"),
+		llb.AddEnv("GOWORK", gowork),
 		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
 		llb.AddMount(srcDir, mods, llb.Readonly),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
@@ -136,19 +142,36 @@ func (g *Graph) downloadModules() llb.State {
 	}
 	certs := llb.Local(LocalCACerts, llb.IncludePatterns([]string{CABundle}), llb.SharedKeyHint("ca-certificates"), LocalID(LocalCACerts),
 		llb.WithCustomName("[go] CA certificates"))
+	network := llb.NetModeSandbox
+	if g.Fetch.Offline {
+		network = llb.NetModeNone
+	}
 	fetch := []llb.RunOption{
+		llb.AddEnv("PATH", goroot+"/bin:/usr/bin:/bin"),
 		llb.AddEnv("GOMODCACHE", goModCache),
 		llb.AddEnv("SSL_CERT_FILE", caDir+"/"+CABundle),
 		llb.AddMount(caDir, certs, llb.Readonly),
 		llb.AddMount(goModCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared)),
-		llb.Network(llb.NetModeSandbox),
+		llb.Network(network),
 		llb.WithCustomName("[go] go mod download"),
 	}
-	for _, kv := range callerModuleEnv() {
+	for _, sec := range fetchSecrets {
+		fetch = append(fetch, llb.AddSecret(sec.dest, llb.SecretID(sec.id), llb.SecretOptional, llb.SecretFileOpt(0, 0, 0o400)))
+	}
+	if g.Fetch.Direct {
+		fetch = append(fetch,
+			llb.AddSSHSocket(llb.SSHID("default"), llb.SSHSocketTarget(sshAgentSocket), llb.SSHOptional),
+			llb.AddEnv("SSH_AUTH_SOCK", sshAgentSocket))
+	}
+	for _, p := range g.Fetch.Proxies {
+		dir := llb.Local(p.Local, LocalID(p.Dir), llb.SharedKeyHint(p.Local), llb.WithCustomNamef("[go] GOPROXY directory %s", p.Mount))
+		fetch = append(fetch, llb.AddMount(p.Mount, dir, llb.Readonly))
+	}
+	for _, kv := range g.Fetch.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		fetch = append(fetch, llb.AddEnv(k, v))
 	}
-	fetched := g.base().Run(append(append([]llb.RunOption{}, common...), fetch...)...)
+	fetched := g.fetchBase().Run(append(append([]llb.RunOption{}, common...), fetch...)...)
 
 	const cached = "/cache/mod"
 	layer := g.base().Run(append(append([]llb.RunOption{}, common...),
@@ -156,6 +179,7 @@ func (g *Graph) downloadModules() llb.State {
 		llb.AddEnv("GOPROXY", "file://"+cached+"/cache/download"),
 		llb.AddEnv("GOSUMDB", "off"),
 		llb.AddEnv("GOFLAGS", "-modcacherw"),
+		llb.AddEnv("PATH", goroot+"/bin"),
 		// Depend on the fetch step, then read the cache it filled.
 		llb.AddMount("/fetched", fetched.Root(), llb.Readonly),
 		llb.AddMount(cached, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared), llb.Readonly),

@@ -46,8 +46,18 @@ type Plan struct {
 	// Budgets are the size budgets in bytes, by binary.
 	Budgets map[string]int64 `json:"budgets,omitempty"`
 	// Modules are the module@version pairs the binaries import, downloaded
-	// in their own step; empty when they use the standard library only.
+	// in their own step; empty when they use the standard library only or
+	// come from vendor/.
 	Modules []string `json:"modules"`
+	// ModMode is how compiles find modules: vendor, readonly or mod (go's -mod).
+	ModMode string `json:"modMode"`
+	// ModModeFrom says what chose ModMode, for the plan and errors.
+	ModModeFrom string `json:"modModeFrom"`
+	// Workspace is true when Root's go.work drives the build.
+	Workspace bool `json:"workspace"`
+	// ModFiles are the go.mod, go.sum, go.work and go.work.sum files
+	// (Root-relative) the module download step reads, and nothing else.
+	ModFiles []string `json:"modFiles"`
 }
 
 // Toolchain is the pinned Go toolchain for the build platform.
@@ -69,6 +79,8 @@ type GoEnv struct {
 type Binary struct {
 	Name    string `json:"name"`
 	Package string `json:"package"`
+	// Module is the main (or workspace) module the package belongs to.
+	Module string `json:"module"`
 	// Files are the repository-relative files of its main-module packages
 	// (plus go.mod and go.sum); editing another file does not rebuild it.
 	Files []string `json:"files"`
@@ -135,15 +147,13 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 	if err := p.resolveToolchain(cfg); err != nil {
 		return nil, err
 	}
-	mod, err := goListModule(root)
-	if err != nil {
+	if err := p.resolveModules(cfg); err != nil {
 		return nil, err
 	}
-	p.Module = mod
 	if err := p.resolveStamp(cfg, opts.Stamp); err != nil {
 		return nil, err
 	}
-	p.GoEnv = goEnv(cfg, p.Stamp)
+	p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode, p.Workspace)
 	if err := p.resolveBinaries(cfg); err != nil {
 		return nil, err
 	}
@@ -195,9 +205,9 @@ func toolchainModule(goVersion string, plat ocispec.Platform) string {
 }
 
 // goEnv derives the one Go environment. Keep it the only place that does.
-func goEnv(cfg *config.Config, stamp Stamp) GoEnv {
-	goflags := "-mod=readonly"
-	if v := cfg.Go.Env["GOFLAGS"]; v != "" {
+func goEnv(cfg *config.Config, stamp Stamp, modMode string, workspace bool) GoEnv {
+	goflags := "-mod=" + modMode
+	if v := WithoutModFlag(cfg.Go.Env["GOFLAGS"]); v != "" {
 		goflags = v + " " + goflags
 	}
 	env := []string{
@@ -206,6 +216,9 @@ func goEnv(cfg *config.Config, stamp Stamp) GoEnv {
 		"GOFLAGS=" + goflags,
 		"GOPROXY=off",
 		"GOSUMDB=off",
+	}
+	if workspace {
+		env = append(env, "GOWORK="+WorkFile)
 	}
 	for _, k := range slices.Sorted(maps.Keys(cfg.Go.Env)) {
 		if k != "GOFLAGS" && k != "CGO_ENABLED" {
@@ -325,12 +338,12 @@ func run(dir string, env []string, name string, args ...string) (string, error) 
 	return stdout.String(), nil
 }
 
-func goListModule(root string) (string, error) {
-	out, err := run(root, []string{"GOFLAGS=-mod=mod", "GOWORK=off"}, "go", "list", "-m", "-f", "{{.Path}}")
-	if err != nil {
-		return "", fmt.Errorf("read go.mod: %w", err)
-	}
-	return strings.TrimSpace(out), nil
+type listedModule struct {
+	Path    string
+	Version string
+	Main    bool
+	Dir     string
+	Replace *listedModule
 }
 
 type listedPackage struct {
@@ -338,12 +351,8 @@ type listedPackage struct {
 	Dir        string
 	Standard   bool
 	Deps       []string
-	Module     *struct {
-		Path    string
-		Version string
-		Main    bool
-	}
-	Error *struct{ Err string }
+	Module     *listedModule
+	Error      *struct{ Err string }
 }
 
 // resolveBinaries finds, for every target platform, the main-module
@@ -351,24 +360,31 @@ type listedPackage struct {
 func (p *Plan) resolveBinaries(cfg *config.Config) error {
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
+	binModule := map[string]string{}
 	pkgs := make([]string, len(cfg.Binaries))
 	for i, b := range cfg.Binaries {
 		pkgs[i] = b.Package
-		files[b.Name] = map[string]bool{"go.mod": true, "go.sum": true}
+		files[b.Name] = map[string]bool{}
+		for _, f := range p.ModFiles {
+			files[b.Name][f] = true
+		}
+		if p.ModMode == ModVendor {
+			files[b.Name]["vendor/modules.txt"] = true
+		}
 	}
 	tags := ""
 	if len(cfg.Go.Tags) > 0 {
 		tags = "-tags=" + strings.Join(cfg.Go.Tags, ",")
 	}
 	for _, plat := range p.Platforms {
-		env := []string{"CGO_ENABLED=0", "GOOS=" + plat.OS, "GOARCH=" + plat.Architecture, "GOARM=" + config.GOARM(plat), "GOWORK=off", "GOFLAGS=-mod=mod"}
+		env := append([]string{"CGO_ENABLED=0", "GOOS=" + plat.OS, "GOARCH=" + plat.Architecture, "GOARM=" + config.GOARM(plat)}, p.listEnv()...)
 		args := []string{"list", "-e", "-deps", "-json=ImportPath,Dir,Standard,Deps,Module,Error"}
 		if tags != "" {
 			args = append(args, tags)
 		}
 		out, err := run(p.Root, env, "go", append(args, pkgs...)...)
 		if err != nil {
-			return fmt.Errorf("list packages for %s: %w", config.FormatPlatform(plat), err)
+			return fmt.Errorf("list packages for %s: %w%s", config.FormatPlatform(plat), err, Hint(err.Error()))
 		}
 		byPath := map[string]listedPackage{}
 		dec := json.NewDecoder(strings.NewReader(out))
@@ -380,41 +396,58 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 				return fmt.Errorf("list packages: %w", err)
 			}
 			if lp.Error != nil {
-				return fmt.Errorf("package %s (%s): %s", lp.ImportPath, config.FormatPlatform(plat), lp.Error.Err)
+				return fmt.Errorf("package %s (%s): %s%s", lp.ImportPath, config.FormatPlatform(plat), lp.Error.Err, Hint(lp.Error.Err))
 			}
 			byPath[lp.ImportPath] = lp
 		}
 		for _, b := range cfg.Binaries {
-			main, ok := mainPackage(byPath, p.Module, b.Package)
+			main, ok := p.mainPackage(byPath, b.Package)
 			if !ok {
-				return fmt.Errorf("%s: binary %q: package %s not found in module %s", config.File, b.Name, b.Package, p.Module)
+				return fmt.Errorf("%s: binary %q: package %s not found in %s", config.File, b.Name, b.Package, p.Module)
+			}
+			if main.Module != nil {
+				binModule[b.Name] = main.Module.Path
 			}
 			for _, dep := range append([]string{main.ImportPath}, main.Deps...) {
 				lp := byPath[dep]
-				switch {
-				case lp.Standard || lp.Module == nil:
-				case lp.Module.Main:
+				if lp.Standard || lp.Module == nil {
+					continue
+				}
+				// Main-module, vendored and replaced-by-directory packages
+				// are files of the repository: inputs of the binary.
+				if _, inside := within(p.Root, lp.Dir); inside && lp.Dir != "" {
 					if err := addPackageFiles(p.Root, lp.Dir, files[b.Name]); err != nil {
 						return err
 					}
-				default:
-					modules[lp.Module.Path+"@"+lp.Module.Version] = true
+					continue
 				}
+				m := lp.Module
+				if m.Replace != nil {
+					m = m.Replace
+				}
+				if m.Main || m.Version == "" {
+					return fmt.Errorf("binary %q: package %s is in %s, outside %s; BuildKit sees only the repository: move it under the repository or replace it with a module version", b.Name, lp.ImportPath, lp.Dir, p.Root)
+				}
+				modules[m.Path+"@"+m.Version] = true
 			}
 		}
 	}
 	for _, b := range cfg.Binaries {
-		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Files: sortedSet(files[b.Name])})
+		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name])})
 	}
 	p.Modules = sortedSet(modules)
 	return nil
 }
 
-func mainPackage(byPath map[string]listedPackage, module, rel string) (listedPackage, bool) {
-	lp, ok := byPath[module+strings.TrimPrefix(rel, ".")]
-	if !ok {
-		lp, ok = byPath[strings.TrimPrefix(rel, "./")]
+// mainPackage finds a binary's package by its directory, else by import path.
+func (p *Plan) mainPackage(byPath map[string]listedPackage, rel string) (listedPackage, bool) {
+	dir := filepath.Join(p.Root, filepath.FromSlash(rel))
+	for _, lp := range byPath {
+		if lp.Dir == dir && lp.Module != nil {
+			return lp, true
+		}
 	}
+	lp, ok := byPath[strings.TrimPrefix(rel, "./")]
 	return lp, ok
 }
 
