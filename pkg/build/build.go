@@ -137,8 +137,10 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 // external is this repository's configuration applied to another module:
 // its main packages become the binaries, and it has no images or stamping.
 func external(cfg *config.Config, dir string, packages []string) (*config.Config, error) {
-	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
-		return nil, fmt.Errorf("-module %s: no go.mod there; point it at a Go module's root", dir)
+	_, modErr := os.Stat(filepath.Join(dir, "go.mod"))
+	_, workErr := os.Stat(filepath.Join(dir, "go.work"))
+	if modErr != nil && workErr != nil {
+		return nil, fmt.Errorf("-module %s: no go.mod or go.work there; point it at a Go module's or workspace's root", dir)
 	}
 	if len(packages) == 0 {
 		return nil, fmt.Errorf("-module %s: name its main packages with -packages, e.g. ./cmd/tool", dir)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/kiln-build/kiln/pkg/config"
@@ -88,7 +89,11 @@ func (p *Plan) listEnv() []string {
 	if p.Workspace {
 		gowork = filepath.Join(p.Root, "go.work")
 	}
-	return []string{"GOWORK=" + gowork, "GOFLAGS=-mod=" + p.ModMode}
+	flags := "-mod=" + p.ModMode
+	if slices.Contains(strings.Fields(os.Getenv("GOFLAGS")), "-modcacherw") {
+		flags += " -modcacherw"
+	}
+	return []string{"GOWORK=" + gowork, "GOFLAGS=" + flags}
 }
 
 // modMode chooses go's -mod the way go itself would: an explicit -mod in the
