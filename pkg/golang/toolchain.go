@@ -73,18 +73,18 @@ func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (st
 	return dir, nil
 }
 
-// moduleProxy returns the first http(s) entry of `go env GOPROXY`.
+// moduleProxy returns the first http(s) or file:// entry of `go env GOPROXY`.
 func moduleProxy() (string, error) {
 	out, err := exec.Command("go", "env", "GOPROXY").Output()
 	if err != nil {
 		return "", fmt.Errorf("read GOPROXY with `go env GOPROXY`: %w", err)
 	}
 	for _, entry := range strings.FieldsFunc(strings.TrimSpace(string(out)), func(r rune) bool { return r == ',' || r == '|' }) {
-		if strings.HasPrefix(entry, "https://") || strings.HasPrefix(entry, "http://") {
+		if strings.HasPrefix(entry, "https://") || strings.HasPrefix(entry, "http://") || strings.HasPrefix(entry, "file://") {
 			return entry, nil
 		}
 	}
-	return "", fmt.Errorf("GOPROXY=%q has no http(s) proxy to fetch the Go toolchain from; set GOPROXY to a module proxy", strings.TrimSpace(string(out)))
+	return "", fmt.Errorf("GOPROXY=%q has no http(s) or file:// proxy to fetch the Go toolchain from; set GOPROXY to a module proxy", strings.TrimSpace(string(out)))
 }
 
 // redact drops credentials from a proxy URL before it is printed.
@@ -97,6 +97,15 @@ func redact(proxy string) string {
 }
 
 func download(ctx context.Context, u string, w io.Writer) (string, int64, error) {
+	if path, ok := strings.CutPrefix(u, "file://"); ok {
+		// An air-gapped proxy directory.
+		f, err := os.Open(path)
+		if err != nil {
+			return "", 0, err
+		}
+		defer f.Close()
+		return copyHashed(w, f)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return "", 0, err
@@ -109,8 +118,12 @@ func download(ctx context.Context, u string, w io.Writer) (string, int64, error)
 	if resp.StatusCode != http.StatusOK {
 		return "", 0, fmt.Errorf("%s", resp.Status)
 	}
+	return copyHashed(w, resp.Body)
+}
+
+func copyHashed(w io.Writer, r io.Reader) (string, int64, error) {
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
+	n, err := io.Copy(io.MultiWriter(w, h), r)
 	if err != nil {
 		return "", 0, err
 	}

@@ -84,6 +84,29 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 			}
 		}
 	})
+	t.Run("file:// proxy directory", func(t *testing.T) {
+		resp, err := http.Get(url + "/golang.org/toolchain/@v/" + tc.Module + ".zip")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var zipData bytes.Buffer
+		zipData.ReadFrom(resp.Body)
+		resp.Body.Close()
+		dir := t.TempDir()
+		v := filepath.Join(dir, "golang.org", "toolchain", "@v")
+		os.MkdirAll(v, 0o755)
+		os.WriteFile(filepath.Join(v, tc.Module+".zip"), zipData.Bytes(), 0o644)
+		t.Setenv("GOPROXY", "file://"+dir)
+		good := tc
+		good.SHA256 = sum
+		got, err := FetchToolchain(context.Background(), good, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(got, "bin", "go")); err != nil {
+			t.Error(err)
+		}
+	})
 	t.Run("unreachable proxy", func(t *testing.T) {
 		t.Setenv("GOPROXY", "http://127.0.0.1:1")
 		bad := tc
