@@ -7,7 +7,8 @@
 // benchCompare.
 //
 // Environment: BUILDKIT_HOST (a daemon to use instead of the managed one),
-// PLATFORMS (comma-separated target platforms), KILN_PROGRESS (auto, tty,
+// BUILDKIT_TLS_DIR or BUILDKIT_TLS_CA_CERT, BUILDKIT_TLS_CERT and
+// BUILDKIT_TLS_KEY (mutual TLS to a tcp:// daemon), PLATFORMS (comma-separated target platforms), KILN_PROGRESS (auto, tty,
 // plain, quiet, rawjson), SOURCE_DATE_EPOCH (overrides the commit time),
 // KILN_CACHE_DIR (where the managed daemon and toolchain live).
 package main
@@ -61,10 +62,11 @@ func options(platforms *string, stamp *bool, progress *string) build.Options {
 	return o
 }
 
-// Builds every image as an OCI layout tarball under _output/images/, then checks static linking and size budgets. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson, -explain to say which steps ran and why, -cacheto/-cachefrom=type=registry,ref=HOST/REPO,mode=max for a shared layer cache (default: build/kiln.yaml cache.to/from).
-func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool, cacheto *string, cachefrom *string) error {
+// Builds every image as an OCI layout tarball under _output/images/, then checks static linking and size budgets. Flags: -platforms=linux/amd64,linux/arm64 (or PLATFORMS), -stamp for release stamping, -progress=auto|tty|plain|quiet|rawjson, -explain to say which steps ran and why, -cacheto/-cachefrom=type=registry,ref=HOST/REPO,mode=max for a shared layer cache (default: build/kiln.yaml cache.to/from), -gocacheto/-gocachefrom=HOST/REPO to publish or seed from a Go build cache snapshot.
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string) error {
 	o := options(platforms, stamp, progress)
 	setCache(&o, cacheto, cachefrom)
+	setGoCache(&o, gocacheto, gocachefrom)
 	outcome, err := build.Images(ctx, o)
 	if err != nil {
 		return interrupted(ctx, err)
@@ -72,6 +74,7 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 	for _, r := range outcome.Images {
 		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
 	}
+	printGoCache(outcome.GoCache)
 	if explain != nil && *explain {
 		fmt.Println()
 		explainpkg.Write(os.Stdout, outcome.Explanations)
@@ -125,9 +128,10 @@ func Doctor() error {
 	return fmt.Errorf("%d cache-drift findings", len(findings))
 }
 
-// Builds the raw binaries into _output/bin/<os>_<arch>/. Flags as for images, and -module=DIR -packages=./cmd/a,./cmd/b to build another Go module's main packages with this repository's toolchain and platforms.
-func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string, module *string, packages *string) error {
+// Builds the raw binaries into _output/bin/<os>_<arch>/. Flags as for images, and -module=DIR -packages=./cmd/a,./cmd/b to build another Go module's (or go.work workspace's) main packages with this repository's toolchain and platforms.
+func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string, module *string, packages *string, gocacheto *string, gocachefrom *string) error {
 	o := options(platforms, stamp, progress)
+	setGoCache(&o, gocacheto, gocachefrom)
 	if module != nil {
 		o.Module = *module
 	}
@@ -139,7 +143,23 @@ func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *str
 		return interrupted(ctx, err)
 	}
 	fmt.Println(out.Dir)
+	printGoCache(out.GoCache)
 	return nil
+}
+
+func setGoCache(o *build.Options, to, from *string) {
+	if to != nil {
+		o.GoCacheTo = *to
+	}
+	if from != nil {
+		o.GoCacheFrom = *from
+	}
+}
+
+func printGoCache(r *build.GoCacheResult) {
+	if r != nil {
+		fmt.Printf("Go cache snapshot\t%s\t%s\n", r.Digest, strings.Join(r.Refs, ","))
+	}
 }
 
 // Prints the resolved build (toolchain, platforms, binaries, images, cache ids, Go environment) without building. -json for machines.

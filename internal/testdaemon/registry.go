@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -159,4 +160,11 @@ func (r *Registry) Blob(name, digest string) ([]byte, error) {
 		return nil, fmt.Errorf("GET blob %s@%s: %s", name, digest, resp.Status)
 	}
 	return io.ReadAll(resp.Body)
+}
+
+// BlobPath is where the registry stores a blob (sha256:...) on disk, for
+// tests that corrupt one.
+func (r *Registry) BlobPath(dg string) string {
+	hex := strings.TrimPrefix(dg, "sha256:")
+	return filepath.Join(r.dir, "data", "docker", "registry", "v2", "blobs", "sha256", hex[:2], hex, "data")
 }

@@ -31,6 +31,7 @@ import (
 	"github.com/kiln-build/kiln/pkg/buildkit"
 	"github.com/kiln-build/kiln/pkg/config"
 	"github.com/kiln-build/kiln/pkg/explain"
+	"github.com/kiln-build/kiln/pkg/gocache"
 	"github.com/kiln-build/kiln/pkg/golang"
 	"github.com/kiln-build/kiln/pkg/image"
 	"github.com/kiln-build/kiln/pkg/plan"
@@ -66,6 +67,14 @@ type Options struct {
 	// come from this repository's build/kiln.yaml. Images are not built.
 	Module   string
 	Packages []string
+	// GoCacheTo pushes a snapshot of the build's GOCACHE entries to this
+	// repository (HOST[:PORT]/path) after a successful build; GoCacheFrom
+	// seeds the daemon's GOCACHE from the best matching snapshot there.
+	GoCacheTo, GoCacheFrom string
+	// GoCacheMax caps a snapshot in bytes; gocache.DefaultMax when 0.
+	GoCacheMax int64
+	// TraceCompiles shows every package compiled (go -x) in the package steps.
+	TraceCompiles bool
 }
 
 func (o *Options) root() (string, error) {
@@ -204,6 +213,8 @@ type session struct {
 	cacheTo, cacheFrom []client.CacheOptionsEntry
 	// attach are the module download step's secrets and SSH agent.
 	attach []bksession.Attachable
+	// seededFrom is the Go cache snapshot the build was seeded from.
+	seededFrom *gocache.Snapshot
 }
 
 func start(ctx context.Context, opts Options) (*session, error) {
@@ -271,6 +282,16 @@ func start(ctx context.Context, opts Options) (*session, error) {
 		return nil, err
 	}
 	s.cacheFrom = s.perImageImports(s.cacheFrom)
+	s.golang.TraceCompiles = opts.TraceCompiles
+	if opts.GoCacheFrom != "" {
+		s.seedGoCache(ctx, opts.GoCacheFrom, cache)
+	}
+	if opts.GoCacheTo != "" {
+		if _, _, err := goCacheRepo(opts.GoCacheTo, "-gocacheto"); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -541,6 +562,8 @@ type ImagesOutcome struct {
 	Checks *verify.Report
 	// Explanations say which steps ran and why.
 	Explanations []explain.Explanation
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *GoCacheResult
 }
 
 // Images builds every planned image and writes each as an OCI layout
@@ -583,6 +606,11 @@ func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	if out.Explanations, err = record(opts, s.graph, out.Steps); err != nil {
 		return nil, err
 	}
+	if opts.GoCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, opts.GoCacheTo, opts.GoCacheMax); err != nil {
+			return nil, err
+		}
+	}
 	return out, nil
 }
 
@@ -595,6 +623,8 @@ func PlatformDir(p ocispec.Platform) string {
 type BinariesOutcome struct {
 	Dir string
 	buildkit.Steps
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *GoCacheResult
 }
 
 // Binaries builds every configured binary for every platform and writes
@@ -616,7 +646,13 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &BinariesOutcome{Dir: dest, Steps: steps}, nil
+	out := &BinariesOutcome{Dir: dest, Steps: steps}
+	if opts.GoCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, opts.GoCacheTo, opts.GoCacheMax); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // fileCopy is one file of a directory export.

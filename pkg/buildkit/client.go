@@ -6,6 +6,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/moby/buildkit/client"
@@ -47,22 +49,96 @@ func Connect(ctx context.Context, repoRoot string) (*Daemon, error) {
 	return &Daemon{Client: c, Address: m.Address(), Managed: m}, nil
 }
 
+// Mutual TLS for tcp:// daemons, named after buildctl's --tlscacert,
+// --tlscert, --tlskey, --tlsservername and --tlsdir.
+const (
+	TLSCACertEnv     = "BUILDKIT_TLS_CA_CERT"
+	TLSCertEnv       = "BUILDKIT_TLS_CERT"
+	TLSKeyEnv        = "BUILDKIT_TLS_KEY"
+	TLSServerNameEnv = "BUILDKIT_TLS_SERVERNAME"
+	TLSDirEnv        = "BUILDKIT_TLS_DIR"
+)
+
+// tlsOptions reads the TLS environment; nil when none of it is set.
+func tlsOptions(addr string) ([]client.ClientOpt, error) {
+	ca, cert, key := os.Getenv(TLSCACertEnv), os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv)
+	if dir := os.Getenv(TLSDirEnv); dir != "" {
+		if ca != "" || cert != "" || key != "" {
+			return nil, fmt.Errorf("%s and %s/%s/%s are both set; use one or the other", TLSDirEnv, TLSCACertEnv, TLSCertEnv, TLSKeyEnv)
+		}
+		// buildctl's names, then the ones of a Kubernetes TLS secret.
+		pick := func(names ...string) string {
+			for _, n := range names {
+				if _, err := os.Stat(filepath.Join(dir, n)); err == nil {
+					return filepath.Join(dir, n)
+				}
+			}
+			return filepath.Join(dir, names[0])
+		}
+		ca, cert, key = pick("ca.pem", "ca.crt"), pick("cert.pem", "tls.crt"), pick("key.pem", "tls.key")
+	}
+	name := os.Getenv(TLSServerNameEnv)
+	if ca == "" && cert == "" && key == "" && name == "" {
+		return nil, nil
+	}
+	if !strings.HasPrefix(addr, "tcp://") {
+		return nil, fmt.Errorf("%s=%s: the BUILDKIT_TLS_* settings apply to tcp:// addresses only; unset them", HostEnv, addr)
+	}
+	if (cert == "") != (key == "") {
+		return nil, fmt.Errorf("mutual TLS needs both %s and %s (a client certificate and its key)", TLSCertEnv, TLSKeyEnv)
+	}
+	for env, path := range map[string]string{TLSCACertEnv: ca, TLSCertEnv: cert, TLSKeyEnv: key} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("%s: %s cannot be read (%v); point it at the PEM file", env, path, err)
+		}
+	}
+	var opts []client.ClientOpt
+	if ca != "" {
+		opts = append(opts, client.WithServerConfig(name, ca))
+	} else {
+		opts = append(opts, client.WithServerConfigSystem(name))
+	}
+	if cert != "" {
+		opts = append(opts, client.WithCredentials(cert, key))
+	}
+	return opts, nil
+}
+
 // Dial connects to a daemon at addr and checks that it answers.
 func Dial(ctx context.Context, addr string) (*client.Client, error) {
+	tlsOpts, err := tlsOptions(addr)
+	if err != nil {
+		return nil, err
+	}
 	if err := probe(addr); err != nil {
 		return nil, fmt.Errorf("BuildKit at %q is unreachable: %w; start buildkitd there or fix %s, or unset it to let kiln start a local daemon", addr, err, HostEnv)
 	}
-	c, err := client.New(ctx, addr)
+	c, err := client.New(ctx, addr, tlsOpts...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to BuildKit at %q: %w; check %s, or unset it to let kiln start a local daemon", addr, err, HostEnv)
+		return nil, fmt.Errorf("connect to BuildKit at %q: %w; check %s and the BUILDKIT_TLS_* settings, or unset it to let kiln start a local daemon", addr, err, HostEnv)
 	}
 	pingCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if _, err := c.ListWorkers(pingCtx); err != nil {
 		c.Close()
+		if msg := err.Error(); strings.Contains(msg, "tls:") || strings.Contains(msg, "x509") || strings.Contains(msg, "handshake") {
+			return nil, fmt.Errorf("BuildKit at %q refused the TLS connection: %s; check that %s is the CA that signed the daemon's certificate and that %s/%s are a client certificate the daemon's --tlscacert signed (or %s holds all three)",
+				addr, tlsReason(msg), TLSCACertEnv, TLSCertEnv, TLSKeyEnv, TLSDirEnv)
+		}
 		return nil, fmt.Errorf("BuildKit at %q does not answer: %w; check that buildkitd runs there and %s is right, or unset it to let kiln start a local daemon", addr, err, HostEnv)
 	}
 	return c, nil
+}
+
+// tlsReason is the last clause of a gRPC transport error, the TLS cause.
+func tlsReason(msg string) string {
+	if i := strings.LastIndex(msg, "desc = "); i >= 0 {
+		msg = msg[i+len("desc = "):]
+	}
+	return strings.Trim(msg, `"`)
 }
 
 // probe fails fast for the address kinds that can be checked without

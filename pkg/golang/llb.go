@@ -76,6 +76,12 @@ type Graph struct {
 	Modules llb.State
 	// Fetch is how the download step reaches modules.
 	Fetch *Fetch
+	// TraceCompiles runs the package steps with -x, so their output shows
+	// every package that was compiled rather than found in GOCACHE.
+	TraceCompiles bool
+	// seeded, when set, is the step that seeded GOCACHE from a snapshot;
+	// the package steps wait for it.
+	seeded *llb.State
 }
 
 // NewGraph wires the toolchain, the context and the module download step.
@@ -227,6 +233,21 @@ func Env(p *plan.Plan, target ocispec.Platform) []string {
 // on its (constant) content and stay cached when an edit touched only other
 // binaries.
 func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
+	args, union := g.prepareArgs(bins)
+	if g.TraceCompiles {
+		args = append(args[:2], append([]string{"-x"}, args[2:]...)...)
+	}
+	var extra []llb.RunOption
+	if g.seeded != nil {
+		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
+	}
+	run := g.GoCommand(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)), extra...)
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+// prepareArgs is the go list command that compiles the binaries' packages,
+// and the binary whose files are the union of theirs.
+func (g *Graph) prepareArgs(bins []plan.Binary) ([]string, plan.Binary) {
 	files := map[string]bool{}
 	var pkgs []string
 	for _, b := range bins {
@@ -238,9 +259,7 @@ func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
 	union := plan.Binary{Name: "all binaries", Files: sortedKeys(files)}
 	args := append([]string{goroot + "/bin/go", "list"}, g.Plan.GoEnv.BuildArgs...)
 	args = append(args, "-e", "-export", "-deps", "-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}")
-	args = append(args, pkgs...)
-	run := g.GoCommand(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)))
-	return run.AddMount(outDir, llb.Scratch())
+	return append(args, pkgs...), union
 }
 
 // Compile links one binary for one target platform on the build platform,

@@ -1,0 +1,115 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/docker/cli/cli/config"
+	"github.com/moby/buildkit/client"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/pkg/buildkit"
+	"github.com/kiln-build/kiln/pkg/gocache"
+	"github.com/kiln-build/kiln/pkg/golang"
+)
+
+// GoCacheResult is a published Go cache snapshot.
+type GoCacheResult struct {
+	Refs   []string `json:"refs"`
+	Digest string   `json:"digest"`
+}
+
+// goCacheRepo checks a snapshot repository (HOST[:PORT]/path) and says
+// whether it is reached over plain HTTP.
+func goCacheRepo(repo, flag string) (string, bool, error) {
+	repo = strings.TrimSuffix(repo, "/")
+	if !strings.Contains(repo, "/") {
+		return "", false, fmt.Errorf("%s=%s: give a repository, HOST[:PORT]/path (e.g. %s/antrea/gocache)", flag, repo, repo)
+	}
+	r, plainHTTP, err := registryHost(repo, false)
+	if err != nil {
+		return "", false, fmt.Errorf("%s: %w", flag, err)
+	}
+	return r, plainHTTP, nil
+}
+
+// seedGoCache fetches the best snapshot for this build and makes the
+// package steps seed GOCACHE from it. Any failure is a warning: the build
+// goes on without the snapshot.
+func (s *session) seedGoCache(ctx context.Context, repo string, cacheDir string) {
+	repo, plainHTTP, err := goCacheRepo(repo, "-gocachefrom")
+	if err != nil {
+		logrus.Warnf("Go cache snapshot: %v; building without it", err)
+		return
+	}
+	cfg, _ := config.Load(dockerConfigDir())
+	creds := func(host string) (string, string, error) {
+		if cfg == nil {
+			return "", "", nil
+		}
+		a, err := cfg.GetAuthConfig(host)
+		if err != nil {
+			return "", "", err
+		}
+		if a.IdentityToken != "" {
+			return "", a.IdentityToken, nil
+		}
+		return a.Username, a.Password, nil
+	}
+	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: creds})
+	switch {
+	case errors.Is(err, gocache.ErrNotFound):
+		logrus.Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
+		return
+	case err != nil:
+		logrus.Warnf("Go cache snapshot rejected: %v; building without it (slower, never wrong)", err)
+		return
+	}
+	logrus.Infof("Go cache snapshot %s (%s): %d entries, %d MiB", snap.Ref, snap.Digest, snap.Entries, snap.Bytes>>20)
+	s.locals[golang.LocalGoCacheSnapshot] = snap.Dir
+	s.golang.Seed(snap.Dir, snap.Digest)
+	s.seededFrom = snap
+}
+
+// publishGoCache pushes the GOCACHE entries of this build's packages as a
+// one-layer image tagged with gocache.Tags.
+func (s *session) publishGoCache(ctx context.Context, repo string, max int64) (*GoCacheResult, error) {
+	repo, plainHTTP, err := goCacheRepo(repo, "-gocacheto")
+	if err != nil {
+		return nil, err
+	}
+	if max == 0 {
+		max = gocache.DefaultMax
+	}
+	var refs []string
+	for _, tag := range gocache.Tags(s.plan) {
+		refs = append(refs, repo+":"+tag)
+	}
+	st := s.golang.Snapshot(s.plan.Binaries, s.plan.Platforms, max)
+	attrs := s.exporterAttrs(strings.Join(refs, ","))
+	attrs["push"] = "true"
+	if plainHTTP {
+		attrs["registry.insecure"] = "true"
+	}
+	job := buildkit.Job{
+		Name: "go cache snapshot",
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			def, err := st.Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+		},
+		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
+	}
+	opts := s.solveOptions()
+	opts.CacheExports, opts.CacheImports = nil, nil
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, opts)
+	if err != nil {
+		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
+	}
+	return &GoCacheResult{Refs: refs, Digest: out.Results[0].Digest}, nil
+}
