@@ -130,7 +130,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		o.GoCacheFrom = repo
 		out, progress := run(t, o)
 		if !strings.Contains(logs.String(), "Go cache snapshot rejected") || !strings.Contains(logs.String(), "does not match its digest") {
-			t.Errorf("no rejection was reported:\n%s", logs.String())
+			t.Errorf("no rejection was reported:\n%s\n%s", logs.String(), progress[:min(len(progress), 3000)])
 		}
 		if len(out.Ran("seed")) != 0 || !slices.Contains(compiled(progress), "runtime") {
 			t.Error("the build used the corrupted snapshot")

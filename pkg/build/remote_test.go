@@ -51,7 +51,7 @@ func TestRemoteDaemonOverMutualTLS(t *testing.T) {
 	}{
 		{"certificate of another CA", map[string]string{buildkit.TLSDirEnv: d.StrangerDir}, []string{"refused the TLS connection", d.Addr, buildkit.TLSCertEnv}},
 		{"no client certificate", map[string]string{buildkit.TLSCACertEnv: filepath.Join(d.ClientDir, "ca.pem")}, []string{"refused the TLS connection", d.Addr}},
-		{"no TLS at all", nil, []string{d.Addr}},
+		{"no TLS at all", nil, []string{d.Addr, buildkit.TLSDirEnv}},
 		{"unreadable key", map[string]string{buildkit.TLSCertEnv: filepath.Join(d.ClientDir, "cert.pem"), buildkit.TLSKeyEnv: "/nonexistent/key.pem"}, []string{buildkit.TLSKeyEnv, "/nonexistent/key.pem"}},
 		{"certificate without key", map[string]string{buildkit.TLSCertEnv: filepath.Join(d.ClientDir, "cert.pem")}, []string{buildkit.TLSKeyEnv}},
 	} {

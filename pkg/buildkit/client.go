@@ -128,6 +128,10 @@ func Dial(ctx context.Context, addr string) (*client.Client, error) {
 			return nil, fmt.Errorf("BuildKit at %q refused the TLS connection: %s; check that %s is the CA that signed the daemon's certificate and that %s/%s are a client certificate the daemon's --tlscacert signed (or %s holds all three)",
 				addr, tlsReason(msg), TLSCACertEnv, TLSCertEnv, TLSKeyEnv, TLSDirEnv)
 		}
+		if msg := err.Error(); tlsOpts == nil && strings.Contains(msg, "server preface") {
+			return nil, fmt.Errorf("BuildKit at %q closed a plain connection (%s): if the daemon uses TLS, set %s (or %s, %s and %s)",
+				addr, tlsReason(msg), TLSDirEnv, TLSCACertEnv, TLSCertEnv, TLSKeyEnv)
+		}
 		return nil, fmt.Errorf("BuildKit at %q does not answer: %w; check that buildkitd runs there and %s is right, or unset it to let kiln start a local daemon", addr, err, HostEnv)
 	}
 	return c, nil

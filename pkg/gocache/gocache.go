@@ -196,13 +196,25 @@ func download(ctx context.Context, f remotes.Fetcher, layer ocispec.Descriptor, 
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	verifier := layer.Digest.Verifier()
-	if err := untar(io.TeeReader(io.LimitReader(rc, layer.Size), verifier), layer.MediaType, tmp, max); err != nil {
-		return nil, fmt.Errorf("unpack layer %s: %w", layer.Digest, err)
+	// The whole blob is checked against its digest before a byte is unpacked.
+	blob, err := os.CreateTemp(filepath.Dir(dir), "blob-*")
+	if err != nil {
+		return nil, err
 	}
-	io.Copy(verifier, rc) // the digest covers the whole blob
+	defer os.Remove(blob.Name())
+	defer blob.Close()
+	verifier := layer.Digest.Verifier()
+	if _, err := io.Copy(io.MultiWriter(blob, verifier), io.LimitReader(rc, layer.Size+1)); err != nil {
+		return nil, fmt.Errorf("download layer %s: %w", layer.Digest, err)
+	}
 	if !verifier.Verified() {
 		return nil, fmt.Errorf("layer %s does not match its digest: corrupt in the registry or in transit", layer.Digest)
+	}
+	if _, err := blob.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	if err := untar(blob, layer.MediaType, tmp, max); err != nil {
+		return nil, fmt.Errorf("unpack layer %s: %w", layer.Digest, err)
 	}
 	root := tmp
 	if _, err := os.Stat(filepath.Join(tmp, "gocache")); err == nil {
