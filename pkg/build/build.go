@@ -312,7 +312,7 @@ func cacheImports(c gateway.Client) []gateway.CacheOptionsEntry {
 	return entries
 }
 
-// perImageImports imports every image's registry cache (exports are
+// perImageImports imports the images' and the binaries' registry caches (exports are
 // tagged per image), and the binaries export as well.
 func (s *session) perImageImports(imports []client.CacheOptionsEntry) []client.CacheOptionsEntry {
 	var out []client.CacheOptionsEntry
@@ -322,10 +322,7 @@ func (s *session) perImageImports(imports []client.CacheOptionsEntry) []client.C
 			out = append(out, e)
 			continue
 		}
-		names := []string{"binaries"}
-		for _, img := range s.plan.Images {
-			names = append(names, img.Name)
-		}
+		names := []string{"binaries", "images"}
 		for _, n := range names {
 			attrs := map[string]string{}
 			for k, v := range e.Attrs {
@@ -589,7 +586,7 @@ func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
 		})
 	}
-	outcome, err := s.daemon.Solve(ctx, jobs, s.solveOptions())
+	outcome, err := s.solveImages(ctx, jobs)
 	if err != nil {
 		return nil, err
 	}

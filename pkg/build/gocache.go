@@ -2,16 +2,19 @@ package build
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/docker/cli/cli/config"
+	dockerconfig "github.com/docker/cli/cli/config"
 	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/pkg/buildkit"
+	"github.com/kiln-build/kiln/pkg/config"
 	"github.com/kiln-build/kiln/pkg/gocache"
 	"github.com/kiln-build/kiln/pkg/golang"
 )
@@ -45,7 +48,7 @@ func (s *session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 		logrus.Warnf("Go cache snapshot: %v; building without it", err)
 		return
 	}
-	cfg, _ := config.Load(dockerConfigDir())
+	cfg, _ := dockerconfig.Load(dockerConfigDir())
 	creds := func(host string) (string, string, error) {
 		if cfg == nil {
 			return "", "", nil
@@ -112,4 +115,63 @@ func (s *session) publishGoCache(ctx context.Context, repo string, max int64) (*
 		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
 	}
 	return &GoCacheResult{Refs: refs, Digest: out.Results[0].Digest}, nil
+}
+
+// solveImages solves image jobs, then, when a layer cache is to be
+// exported, exports it once for all images from one job ("images"). Per-job
+// exports held the steps the images share (antctl, the package steps) under
+// several refs, and a daemon importing them all then reran some of those
+// steps now and then.
+func (s *session) solveImages(ctx context.Context, jobs []buildkit.Job) (*buildkit.Outcome, error) {
+	opts := s.solveOptions()
+	opts.CacheExports = nil
+	out, err := s.daemon.Solve(ctx, jobs, opts)
+	if err != nil || len(s.cacheTo) == 0 {
+		return out, err
+	}
+	cacheJob := buildkit.Job{
+		Name: "images",
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			all := gateway.NewResult()
+			var exp exptypes.Platforms
+			for _, img := range s.plan.Images {
+				res, err := s.imageBuild(img)(ctx, c)
+				if err != nil {
+					return nil, err
+				}
+				for _, target := range s.plan.Platforms {
+					id := img.Name + "/" + config.FormatPlatform(target)
+					all.AddRef(id, res.Refs[config.FormatPlatform(target)])
+					exp.Platforms = append(exp.Platforms, exptypes.Platform{ID: id, Platform: target})
+				}
+			}
+			dt, err := json.Marshal(exp)
+			if err != nil {
+				return nil, err
+			}
+			all.AddMeta(exptypes.ExporterPlatformsKey, dt)
+			return all, nil
+		},
+		FrontendAttrs: map[string]string{"platform": strings.Join(s.plan.PlatformIDs(), ",")},
+	}
+	cached, err := s.daemon.Solve(ctx, []buildkit.Job{cacheJob}, s.solveOptions())
+	if err != nil {
+		return nil, fmt.Errorf("export the layer cache: %w", err)
+	}
+	out.Steps = mergeSteps(out.Steps, cached.Steps)
+	return out, nil
+}
+
+// mergeSteps adds the steps of a later solve that the first did not report.
+func mergeSteps(first, later buildkit.Steps) buildkit.Steps {
+	seen := map[string]bool{}
+	for _, st := range first {
+		seen[st.Name] = true
+	}
+	for _, st := range later {
+		if !seen[st.Name] {
+			first = append(first, st)
+		}
+	}
+	return first
 }

@@ -84,7 +84,7 @@ func Load(ctx context.Context, opts Options, lopts LoadOptions) ([]LoadResult, e
 				Output: func(map[string]string) (io.WriteCloser, error) { return pw, nil }},
 		})
 	}
-	out, solveErr := s.daemon.Solve(ctx, jobs, s.solveOptions())
+	out, solveErr := s.solveImages(ctx, jobs)
 	if solveErr != nil {
 		// Unblock the importers; their errors say less than the solve's.
 		for _, pw := range writers {

@@ -144,7 +144,7 @@ func (s *session) pushWith(ctx context.Context, registry string, plainHTTP, late
 		})
 		results = append(results, PushResult{Name: img.Name, Refs: refs})
 	}
-	out, err := s.daemon.Solve(ctx, jobs, s.solveOptions())
+	out, err := s.solveImages(ctx, jobs)
 	if err != nil {
 		return nil, explainPush(err, registry)
 	}

@@ -166,8 +166,12 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 					statusCh <- s
 				}
 			}()
+			var exports []client.ExportEntry
+			if exp.Type != "" {
+				exports = []client.ExportEntry{exp}
+			}
 			resp, err := d.Build(ctx, client.SolveOpt{
-				Exports:       []client.ExportEntry{exp},
+				Exports:       exports,
 				LocalMounts:   mounts,
 				SharedKey:     "kiln",
 				FrontendAttrs: job.FrontendAttrs,
