@@ -345,8 +345,8 @@ func VerifyRepro(ctx context.Context, platforms *string, progress *string) error
 	return fmt.Errorf("the two builds of this commit differ in %d places", len(out.Differences))
 }
 
-// Times kiln (cold, cold with Go caches kept, warm no-op, incremental edits to one binary's package and to a shared one) against native go build in one run, plus the cgo split experiment; writes _output/bench/{latest.json,report.md,chart.svg}. Flags: -runs=N (warm and incremental, default 3), -module=DIR or -module=modcache:PATH@VERSION with -packages=./cmd/a,./cmd/b to bench another module, -platforms, -compare=OLD.json,NEW.json to compare two reports instead.
-func Bench(ctx context.Context, runs *int, module *string, packages *string, platforms *string, compare *string) error {
+// Times kiln (cold, cold with Go caches kept, warm no-op, incremental edits to one binary's package and to a shared one, a fresh daemon building an edited commit from a registry layer cache with and without a Go cache snapshot) against native go build in one run, plus the cgo split experiment; writes _output/bench/{latest.json,report.md,chart.svg}. Flags: -runs=N (warm and incremental, default 3), -module=DIR or -module=modcache:PATH@VERSION with -packages=./cmd/a,./cmd/b to bench another module, -platforms, -registry=HOST[:PORT] for the fresh-daemon scenarios (default REGISTRY, else a docker-registry started on loopback), -compare=OLD.json,NEW.json to compare two reports instead.
+func Bench(ctx context.Context, runs *int, module *string, packages *string, platforms *string, compare *string, registry *string) error {
 	logging()
 	if compare != nil {
 		files := strings.Split(*compare, ",")
@@ -364,6 +364,9 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, pla
 		return bench.Compare(os.Stdout, old, new)
 	}
 	o := bench.Options{Build: options(platforms, nil, nil)}
+	if registry != nil {
+		o.Registry = *registry
+	}
 	if runs != nil {
 		o.Runs = *runs
 	}

@@ -41,6 +41,9 @@ type Options struct {
 	// OnEdit, when set, is called after each source edit (tests use it to
 	// interrupt a run midway).
 	OnEdit func(path string)
+	// Registry (HOST[:PORT]) holds the caches of the fresh-daemon
+	// scenarios; REGISTRY, else a docker-registry on loopback, when empty.
+	Registry string
 }
 
 // Scenario is one measured situation.
@@ -141,6 +144,8 @@ type runner struct {
 	// nativeCache is the GOCACHE the native scenarios share, filled by the
 	// cold one.
 	nativeCache string
+	// registry holds the caches of the fresh-daemon scenarios; "" skips them.
+	registry string
 }
 
 // Run measures every scenario and writes the reports.
@@ -198,12 +203,19 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		r.report.Binaries = append(r.report.Binaries, b.Name)
 	}
 	r.report.Machine = machine(ctx, d, p, kilnRoot)
+	registry, stopRegistry, err := benchRegistry(opts.Registry)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stopRegistry()
+	r.registry = registry
 	r.report.OneBinaryEdit, r.report.SharedEdit = pickEdits(p)
 
 	scenarios := []func(context.Context) error{
 		r.nativeCold, r.nativeWarm, r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), r.nativeIncremental(NativeShared, r.report.SharedEdit),
 		r.kilnCold(KilnCold, true), r.kilnCold(KilnColdMounts, false), r.kilnWarm,
 		r.kilnIncremental(KilnOneBinary, r.report.OneBinaryEdit), r.kilnIncremental(KilnShared, r.report.SharedEdit),
+		r.freshDaemon(KilnFreshLayers, false), r.freshDaemon(KilnFreshSnapshot, true),
 		r.cgo,
 	}
 	r.steps = len(scenarios)
@@ -363,6 +375,10 @@ func (r *runner) edit(pkg string, n int) error {
 // kilnBuild runs `mage binaries` in process and measures it, with the
 // daemon's CPU and memory when kiln manages it.
 func (r *runner) kilnBuild(ctx context.Context) (sample, buildkit.Steps, error) {
+	return r.kilnBuildWith(ctx, r.opts.Build)
+}
+
+func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample, buildkit.Steps, error) {
 	pid := func() int { return 0 }
 	if r.daemon.Managed != nil {
 		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
@@ -370,7 +386,7 @@ func (r *runner) kilnBuild(ctx context.Context) (sample, buildkit.Steps, error) 
 	cpuBefore, cpuOK := processCPU(pid())
 	peak := samplePeak(pid)
 	start := time.Now()
-	out, err := build.Binaries(ctx, r.opts.Build)
+	out, err := build.Binaries(ctx, opts)
 	wall := time.Since(start)
 	rss := peak.Stop()
 	if err != nil {

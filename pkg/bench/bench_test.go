@@ -90,6 +90,7 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	}
 	want := []string{bench.NativeCold, bench.NativeWarm, bench.NativeOneBinary, bench.NativeShared,
 		bench.KilnCold, bench.KilnColdMounts, bench.KilnWarm, bench.KilnOneBinary, bench.KilnShared,
+		bench.KilnFreshLayers, bench.KilnFreshSnapshot,
 		bench.NativeCgoSplit, bench.NativeCgoUniform}
 	var names []string
 	for _, s := range fromDisk.Scenarios {
@@ -109,6 +110,12 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	}
 	if s := fromDisk.Scenario(bench.KilnOneBinary); !slices.Contains(s.StepsRan, "[alpha linux/amd64] go build") || slices.Contains(s.StepsRan, "[beta linux/amd64] go build") {
 		t.Errorf("after an alpha-only edit, steps that ran: %v", s.StepsRan)
+	}
+	if s := fromDisk.Scenario(bench.KilnFreshSnapshot); !slices.Contains(s.StepsRan, "[go cache] seed GOCACHE from the snapshot") {
+		t.Errorf("the fresh daemon did not seed its Go cache from the snapshot; steps that ran: %v", s.StepsRan)
+	}
+	if s := fromDisk.Scenario(bench.KilnFreshLayers); slices.Contains(s.StepsRan, "[alpha linux/amd64] go build") && !slices.Contains(s.StepsRan, "[linux/amd64] compile packages") {
+		t.Errorf("fresh daemon with the layer cache: steps that ran: %v", s.StepsRan)
 	}
 	if fromDisk.CgoSplitRatio <= 0 {
 		t.Error("no cgo split ratio")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -166,6 +167,10 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 					statusCh <- s
 				}
 			}()
+			// The client library copies cache-import attributes into this map
+			// and panics on a nil one.
+			attrs := map[string]string{}
+			maps.Copy(attrs, job.FrontendAttrs)
 			var exports []client.ExportEntry
 			if exp.Type != "" {
 				exports = []client.ExportEntry{exp}
@@ -174,7 +179,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				Exports:       exports,
 				LocalMounts:   mounts,
 				SharedKey:     "kiln",
-				FrontendAttrs: job.FrontendAttrs,
+				FrontendAttrs: attrs,
 				Session:       opts.Session,
 				CacheExports:  perJob(opts.CacheExports, job.Name),
 				CacheImports:  opts.CacheImports,
