@@ -215,6 +215,18 @@ type session struct {
 	attach []bksession.Attachable
 	// seededFrom is the Go cache snapshot the build was seeded from.
 	seededFrom *gocache.Snapshot
+	// goCacheTo publishes a Go cache snapshot after the build; goCacheMax
+	// caps snapshots (gocache.DefaultMax when 0).
+	goCacheTo  string
+	goCacheMax int64
+}
+
+// firstOf is the flag's value, else the configured one.
+func firstOf(flag, configured string) string {
+	if flag != "" {
+		return flag
+	}
+	return configured
 }
 
 func start(ctx context.Context, opts Options) (*session, error) {
@@ -283,14 +295,18 @@ func start(ctx context.Context, opts Options) (*session, error) {
 	}
 	s.cacheFrom = s.perImageImports(s.cacheFrom)
 	s.golang.TraceCompiles = opts.TraceCompiles
-	if opts.GoCacheFrom != "" {
-		s.seedGoCache(ctx, opts.GoCacheFrom, cache)
+	s.goCacheTo, s.goCacheMax = firstOf(opts.GoCacheTo, p.Cache.GoCacheTo), opts.GoCacheMax
+	if s.goCacheMax == 0 && p.Cache.GoCacheMax != "" {
+		s.goCacheMax, _ = config.ParseSize(p.Cache.GoCacheMax) // validated by config.Load
 	}
-	if opts.GoCacheTo != "" {
-		if _, _, err := goCacheRepo(opts.GoCacheTo, "-gocacheto"); err != nil {
+	if s.goCacheTo != "" {
+		if _, _, err := goCacheRepo(s.goCacheTo, "-gocacheto"); err != nil {
 			d.Close()
 			return nil, err
 		}
+	}
+	if from := firstOf(opts.GoCacheFrom, p.Cache.GoCacheFrom); from != "" {
+		s.seedGoCache(ctx, from, cache)
 	}
 	return s, nil
 }
@@ -603,8 +619,8 @@ func (s *session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	if out.Explanations, err = record(opts, s.graph, out.Steps); err != nil {
 		return nil, err
 	}
-	if opts.GoCacheTo != "" {
-		if out.GoCache, err = s.publishGoCache(ctx, opts.GoCacheTo, opts.GoCacheMax); err != nil {
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
 			return nil, err
 		}
 	}
@@ -644,8 +660,8 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		return nil, err
 	}
 	out := &BinariesOutcome{Dir: dest, Steps: steps}
-	if opts.GoCacheTo != "" {
-		if out.GoCache, err = s.publishGoCache(ctx, opts.GoCacheTo, opts.GoCacheMax); err != nil {
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
 			return nil, err
 		}
 	}

@@ -62,7 +62,7 @@ func (s *session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 		}
 		return a.Username, a.Password, nil
 	}
-	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: creds})
+	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: creds, Max: s.goCacheMax})
 	switch {
 	case errors.Is(err, gocache.ErrNotFound):
 		logrus.Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)

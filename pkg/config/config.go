@@ -90,6 +90,11 @@ type Cache struct {
 	// "type=registry,ref=registry.example/antrea/cache,mode=max".
 	To   string `yaml:"to"`
 	From string `yaml:"from"`
+	// GoCacheTo and GoCacheFrom are registry repositories (HOST[:PORT]/path)
+	// for Go build cache snapshots; GoCacheMax caps one (e.g. 2GiB).
+	GoCacheTo   string `yaml:"gocacheTo"`
+	GoCacheFrom string `yaml:"gocacheFrom"`
+	GoCacheMax  string `yaml:"gocacheMax"`
 }
 
 // Image is images/<name>/image.yaml.
@@ -281,6 +286,11 @@ func (c *Config) validate() error {
 		}
 		if _, err := ParseCache(field.value); err != nil {
 			return fieldErr(f, field.name, "%v", err)
+		}
+	}
+	if c.Cache.GoCacheMax != "" {
+		if _, err := ParseSize(c.Cache.GoCacheMax); err != nil {
+			return fieldErr(f, "cache.gocacheMax", "%v", err)
 		}
 	}
 	if c.Cache.GoCache == c.Cache.GoModCache {

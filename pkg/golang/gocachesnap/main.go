@@ -109,7 +109,7 @@ func snapshot(specFile, out string) error {
 		total += n + int64(len(dt))
 		entries++
 		if spec.Max > 0 && total > spec.Max {
-			return fmt.Errorf("the Go cache snapshot passed its cap of %d bytes after %d of %d entries; raise cache.goCacheMax in build/kiln.yaml", spec.Max, entries, len(sorted))
+			return fmt.Errorf("the Go cache snapshot passed its cap of %d bytes after %d of %d entries; raise cache.gocacheMax in build/kiln.yaml", spec.Max, entries, len(sorted))
 		}
 	}
 	fmt.Printf("snapshot: %d entries, %d bytes, of %d packages\n", entries, total, len(sorted))
