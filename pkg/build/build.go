@@ -338,7 +338,7 @@ func (s *session) perImageImports(imports []client.CacheOptionsEntry) []client.C
 			out = append(out, e)
 			continue
 		}
-		names := []string{"binaries", "images"}
+		names := []string{"binaries", "images", "gocache"}
 		for _, n := range names {
 			attrs := map[string]string{}
 			for k, v := range e.Attrs {

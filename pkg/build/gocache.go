@@ -98,7 +98,8 @@ func (s *session) publishGoCache(ctx context.Context, repo string, max int64) (*
 		attrs["registry.insecure"] = "true"
 	}
 	job := buildkit.Job{
-		Name: "go cache snapshot",
+		// Its layer cache carries the gocachesnap binary to other daemons.
+		Name: "gocache",
 		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
 			def, err := st.Marshal(ctx)
 			if err != nil {
@@ -108,9 +109,7 @@ func (s *session) publishGoCache(ctx context.Context, repo string, max int64) (*
 		},
 		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
 	}
-	opts := s.solveOptions()
-	opts.CacheExports, opts.CacheImports = nil, nil
-	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, opts)
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions())
 	if err != nil {
 		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,6 +37,24 @@ func mainUsing(importPath string) string {
 }
 
 const plainMain = "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"plain\\n\") }\n"
+
+// greetApp is a module whose cmd/hello uses example.com/greet, served by a
+// new proxy directory, with the test's Go environment isolated.
+func greetApp(t *testing.T, extra map[string]string) (app, proxy string) {
+	t.Helper()
+	isolateGo(t)
+	proxy = tempDir(t)
+	sums := modfixture.Proxy(t, proxy, greetV1)
+	app = t.TempDir()
+	files := map[string]string{
+		"go.mod":            "module example.com/app\n\ngo 1.26\n\nrequire example.com/greet v1.0.0\n",
+		"go.sum":            sums,
+		"cmd/hello/main.go": mainUsing("example.com/greet"),
+	}
+	maps.Copy(files, extra)
+	modfixture.Write(t, app, files)
+	return app, proxy
+}
 
 // isolateGo gives the host go of the plan stage its own module cache and
 // no sum database, so a test sees only its own proxies.
@@ -117,15 +136,7 @@ func TestModuleSources(t *testing.T) {
 	daemon := testdaemon.Buildkit(t)
 
 	t.Run("file proxy builds with no network in any step", func(t *testing.T) {
-		isolateGo(t)
-		proxy := tempDir(t)
-		sums := modfixture.Proxy(t, proxy, greetV1)
-		app := t.TempDir()
-		modfixture.Write(t, app, map[string]string{
-			"go.mod":            "module example.com/app\n\ngo 1.26\n\nrequire example.com/greet v1.0.0\n",
-			"go.sum":            sums,
-			"cmd/hello/main.go": mainUsing("example.com/greet"),
-		})
+		app, proxy := greetApp(t, nil)
 		t.Setenv("GOPROXY", "file://"+proxy)
 
 		p := modulePlan(t, app, "./cmd/hello")
@@ -162,16 +173,7 @@ func TestModuleSources(t *testing.T) {
 	})
 
 	t.Run("vendor directory: no download step, vendored files are inputs", func(t *testing.T) {
-		isolateGo(t)
-		proxy := tempDir(t)
-		sums := modfixture.Proxy(t, proxy, greetV1)
-		app := t.TempDir()
-		modfixture.Write(t, app, map[string]string{
-			"go.mod":            "module example.com/app\n\ngo 1.26\n\nrequire example.com/greet v1.0.0\n",
-			"go.sum":            sums,
-			"cmd/hello/main.go": mainUsing("example.com/greet"),
-			"cmd/plain/main.go": plainMain,
-		})
+		app, proxy := greetApp(t, map[string]string{"cmd/plain/main.go": plainMain})
 		modfixture.Go(t, app, []string{"GOPROXY=file://" + proxy}, "mod", "vendor")
 		t.Setenv("GOPROXY", "off") // nothing may be fetched
 
