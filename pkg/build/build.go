@@ -31,7 +31,6 @@ import (
 	"github.com/kiln-build/kiln/pkg/buildkit"
 	"github.com/kiln-build/kiln/pkg/config"
 	"github.com/kiln-build/kiln/pkg/explain"
-	"github.com/kiln-build/kiln/pkg/gocache"
 	"github.com/kiln-build/kiln/pkg/golang"
 	"github.com/kiln-build/kiln/pkg/image"
 	"github.com/kiln-build/kiln/pkg/plan"
@@ -213,8 +212,6 @@ type session struct {
 	cacheTo, cacheFrom []client.CacheOptionsEntry
 	// attach are the module download step's secrets and SSH agent.
 	attach []bksession.Attachable
-	// seededFrom is the Go cache snapshot the build was seeded from.
-	seededFrom *gocache.Snapshot
 	// goCacheTo publishes a Go cache snapshot after the build; goCacheMax
 	// caps snapshots (gocache.DefaultMax when 0).
 	goCacheTo  string

@@ -74,7 +74,6 @@ func (s *session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 	logrus.Infof("Go cache snapshot %s (%s): %d entries, %d MiB", snap.Ref, snap.Digest, snap.Entries, snap.Bytes>>20)
 	s.locals[golang.LocalGoCacheSnapshot] = snap.Dir
 	s.golang.Seed(snap.Dir, snap.Digest)
-	s.seededFrom = snap
 }
 
 // publishGoCache pushes the GOCACHE entries of this build's packages as a
