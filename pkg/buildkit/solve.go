@@ -26,7 +26,8 @@ type Job struct {
 	Build gateway.BuildFunc
 	// FrontendAttrs tell BuildKit what was asked for, e.g. "platform".
 	FrontendAttrs map[string]string
-	// Export is the exporter; for file outputs Output is set by Solve.
+	// Export is the exporter; for file outputs Output is set by Solve. An
+	// empty Type exports nothing (a job solved for its layer cache only).
 	Export client.ExportEntry
 	// Dest is the final path of the output (a file for tar exporters, a
 	// directory for the local exporter). It appears only when the solve
