@@ -2,6 +2,9 @@ package buildkit
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -59,12 +62,15 @@ const (
 	TLSDirEnv        = "BUILDKIT_TLS_DIR"
 )
 
+// tlsFiles are the TLS settings read from the environment.
+type tlsFiles struct{ ca, cert, key, name string }
+
 // tlsOptions reads the TLS environment; nil when none of it is set.
-func tlsOptions(addr string) ([]client.ClientOpt, error) {
+func tlsOptions(addr string) ([]client.ClientOpt, *tlsFiles, error) {
 	ca, cert, key := os.Getenv(TLSCACertEnv), os.Getenv(TLSCertEnv), os.Getenv(TLSKeyEnv)
 	if dir := os.Getenv(TLSDirEnv); dir != "" {
 		if ca != "" || cert != "" || key != "" {
-			return nil, fmt.Errorf("%s and %s/%s/%s are both set; use one or the other", TLSDirEnv, TLSCACertEnv, TLSCertEnv, TLSKeyEnv)
+			return nil, nil, fmt.Errorf("%s and %s/%s/%s are both set; use one or the other", TLSDirEnv, TLSCACertEnv, TLSCertEnv, TLSKeyEnv)
 		}
 		// buildctl's names, then the ones of a Kubernetes TLS secret.
 		pick := func(names ...string) string {
@@ -79,20 +85,20 @@ func tlsOptions(addr string) ([]client.ClientOpt, error) {
 	}
 	name := os.Getenv(TLSServerNameEnv)
 	if ca == "" && cert == "" && key == "" && name == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if !strings.HasPrefix(addr, "tcp://") {
-		return nil, fmt.Errorf("%s=%s: the BUILDKIT_TLS_* settings apply to tcp:// addresses only; unset them", HostEnv, addr)
+		return nil, nil, fmt.Errorf("%s=%s: the BUILDKIT_TLS_* settings apply to tcp:// addresses only; unset them", HostEnv, addr)
 	}
 	if (cert == "") != (key == "") {
-		return nil, fmt.Errorf("mutual TLS needs both %s and %s (a client certificate and its key)", TLSCertEnv, TLSKeyEnv)
+		return nil, nil, fmt.Errorf("mutual TLS needs both %s and %s (a client certificate and its key)", TLSCertEnv, TLSKeyEnv)
 	}
 	for env, path := range map[string]string{TLSCACertEnv: ca, TLSCertEnv: cert, TLSKeyEnv: key} {
 		if path == "" {
 			continue
 		}
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%s: %s cannot be read (%v); point it at the PEM file", env, path, err)
+			return nil, nil, fmt.Errorf("%s: %s cannot be read (%v); point it at the PEM file", env, path, err)
 		}
 	}
 	var opts []client.ClientOpt
@@ -104,12 +110,52 @@ func tlsOptions(addr string) ([]client.ClientOpt, error) {
 	if cert != "" {
 		opts = append(opts, client.WithCredentials(cert, key))
 	}
-	return opts, nil
+	return opts, &tlsFiles{ca: ca, cert: cert, key: key, name: name}, nil
+}
+
+// probeTLS repeats the handshake alone to learn why the daemon refused it:
+// with TLS 1.3 the server rejects a client certificate after the client has
+// finished, so the gRPC call often sees only a reset connection.
+func probeTLS(addr string, f *tlsFiles) string {
+	cfg := &tls.Config{ServerName: f.name}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return err.Error()
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		cfg.RootCAs.AppendCertsFromPEM(pem)
+	}
+	if f.cert != "" {
+		pair, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return err.Error()
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	host := strings.TrimPrefix(addr, "tcp://")
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(host)
+	}
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", host, cfg)
+	if err != nil {
+		return err.Error()
+	}
+	defer conn.Close()
+	conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err != nil {
+		var netErr net.Error
+		if errors.As(err, &netErr) && netErr.Timeout() {
+			return "" // accepted: the daemon waits for the client to speak
+		}
+		return err.Error()
+	}
+	return ""
 }
 
 // Dial connects to a daemon at addr and checks that it answers.
 func Dial(ctx context.Context, addr string) (*client.Client, error) {
-	tlsOpts, err := tlsOptions(addr)
+	tlsOpts, files, err := tlsOptions(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -124,11 +170,18 @@ func Dial(ctx context.Context, addr string) (*client.Client, error) {
 	defer cancel()
 	if _, err := c.ListWorkers(pingCtx); err != nil {
 		c.Close()
-		if msg := err.Error(); strings.Contains(msg, "tls:") || strings.Contains(msg, "x509") || strings.Contains(msg, "handshake") {
-			return nil, fmt.Errorf("BuildKit at %q refused the TLS connection: %s; check that %s is the CA that signed the daemon's certificate and that %s/%s are a client certificate the daemon's --tlscacert signed (or %s holds all three)",
-				addr, tlsReason(msg), TLSCACertEnv, TLSCertEnv, TLSKeyEnv, TLSDirEnv)
+		reason := ""
+		if files != nil {
+			reason = probeTLS(addr, files)
 		}
-		if msg := err.Error(); tlsOpts == nil && strings.Contains(msg, "server preface") {
+		if msg := err.Error(); reason == "" && (strings.Contains(msg, "tls:") || strings.Contains(msg, "x509") || strings.Contains(msg, "handshake")) {
+			reason = tlsReason(msg)
+		}
+		if reason != "" {
+			return nil, fmt.Errorf("BuildKit at %q refused the TLS connection: %s; check that %s is the CA that signed the daemon's certificate and that %s/%s are a client certificate the daemon's --tlscacert signed (or %s holds all three)",
+				addr, reason, TLSCACertEnv, TLSCertEnv, TLSKeyEnv, TLSDirEnv)
+		}
+		if msg := err.Error(); tlsOpts == nil && (strings.Contains(msg, "server preface") || strings.Contains(msg, "connection reset")) {
 			return nil, fmt.Errorf("BuildKit at %q closed a plain connection (%s): if the daemon uses TLS, set %s (or %s, %s and %s)",
 				addr, tlsReason(msg), TLSDirEnv, TLSCACertEnv, TLSCertEnv, TLSKeyEnv)
 		}
