@@ -153,6 +153,37 @@ func TestImagesIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("an edit to a file the agent embeds from a subdirectory relinks only the agent", func(t *testing.T) {
+		const embedded = "pkg/agent/config/defaults/antrea-agent.conf"
+		o := editedCopy(t, opts, "")
+		if _, err := build.Images(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		appendLine(t, filepath.Join(o.Root, embedded), "# edited by a test\n")
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := again.Ran("go build")
+		slices.Sort(ran)
+		if want := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build"}; !slices.Equal(ran, want) {
+			t.Errorf("link steps that ran: %v, want %v", ran, want)
+		}
+		for _, e := range again.Explanations {
+			if e.Ran && !slices.Equal(e.Causes, []string{"file " + embedded + " changed"}) {
+				t.Errorf("%s ran because %v, want the embedded file's edit", e.Step, e.Causes)
+			}
+		}
+		layout, err := verify.ReadLayout(again.Images[0].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent, _ := layout.Manifests[0].File("usr/local/bin/antrea-agent")
+		if out := runBinary(t, agent.Data, "-default-config"); !strings.Contains(out, "edited by a test") {
+			t.Errorf("the agent's embedded configuration is %q, want the edit in it", out)
+		}
+	})
+
 	t.Run("a budget one byte under the real size fails verify", func(t *testing.T) {
 		layout, err := verify.ReadLayout(first[0].Path)
 		if err != nil {

@@ -220,6 +220,50 @@ func TestModuleSources(t *testing.T) {
 		}
 	})
 
+	t.Run("embedded directory trees, in the main module and in a vendored module", func(t *testing.T) {
+		isolateGo(t)
+		proxy := tempDir(t)
+		assets := modfixture.Module{Path: "example.com/assets", Version: "v1.0.0", Files: map[string]string{
+			"go.mod": "module example.com/assets\n\ngo 1.26\n",
+			"assets.go": "package assets\n\nimport \"embed\"\n\n//go:embed translations\nvar fs embed.FS\n\n" +
+				"func Hello() string { b, _ := fs.ReadFile(\"translations/en/hello.txt\"); return string(b) }\n",
+			"translations/en/hello.txt": "hello from a vendored embed",
+		}}
+		sums := modfixture.Proxy(t, proxy, assets)
+		app := t.TempDir()
+		modfixture.Write(t, app, map[string]string{
+			"go.mod":               "module example.com/app\n\ngo 1.26\n\nrequire example.com/assets v1.0.0\n",
+			"go.sum":               sums,
+			"cmd/vendored/main.go": mainUsing("example.com/assets"),
+			"cmd/local/main.go":    mainUsing("example.com/app/internal/local"),
+			"internal/local/local.go": "package local\n\nimport \"embed\"\n\n//go:embed templates/*/*.txt\nvar fs embed.FS\n\n" +
+				"func Hello() string { b, _ := fs.ReadFile(\"templates/greeting/hello.txt\"); return string(b) }\n",
+			"internal/local/templates/greeting/hello.txt": "hello from a local embed",
+			"cmd/plain/main.go":                           plainMain,
+		})
+		modfixture.Go(t, app, []string{"GOPROXY=file://" + proxy}, "mod", "vendor")
+		t.Setenv("GOPROXY", "off")
+
+		p := modulePlan(t, app, "./cmd/vendored", "./cmd/local", "./cmd/plain")
+		for bin, file := range map[string]string{"vendored": "vendor/example.com/assets/translations/en/hello.txt", "local": "internal/local/templates/greeting/hello.txt"} {
+			if !slices.Contains(p.Binary(bin).Files, file) {
+				t.Errorf("%s's inputs lack the embedded %s: %v", bin, file, p.Binary(bin).Files)
+			}
+		}
+		b := mustBuildModule(t, app, "./cmd/vendored", "./cmd/local", "./cmd/plain")
+		b.runs(t, "vendored", "hello from a vendored embed")
+		b.runs(t, "local", "hello from a local embed")
+
+		if err := os.WriteFile(filepath.Join(app, "internal/local/templates/greeting/hello.txt"), []byte("edited embed"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		again := mustBuildModule(t, app, "./cmd/vendored", "./cmd/local", "./cmd/plain")
+		again.runs(t, "local", "edited embed")
+		if ran := again.out.Steps.Ran("go build"); !slices.Equal(ran, []string{"[local linux/amd64] go build"}) {
+			t.Errorf("after an edit to an embedded file these linked: %v; want local alone", ran)
+		}
+	})
+
 	t.Run("go.work: a binary from each module", func(t *testing.T) {
 		isolateGo(t)
 		proxy := tempDir(t)

@@ -343,9 +343,14 @@ type listedModule struct {
 	Version string
 	Main    bool
 	Dir     string
+	GoMod   string
 	Replace *listedModule
 }
 
+// listedPackage is what go list reports of a package. The file lists are
+// every file the compiler and linker read (embedded files are relative to
+// Dir and may sit in subdirectories), so they, not a listing of Dir, are the
+// binary's inputs.
 type listedPackage struct {
 	ImportPath string
 	Dir        string
@@ -353,6 +358,21 @@ type listedPackage struct {
 	Deps       []string
 	Module     *listedModule
 	Error      *struct{ Err string }
+
+	GoFiles, CgoFiles, CFiles, CXXFiles, MFiles, HFiles, FFiles, SFiles []string
+	SwigFiles, SwigCXXFiles, SysoFiles, EmbedFiles                      []string
+}
+
+// listFields is the -json field list that fills listedPackage.
+const listFields = "ImportPath,Dir,Standard,Deps,Module,Error,GoFiles,CgoFiles,CFiles,CXXFiles,MFiles,HFiles,FFiles,SFiles,SwigFiles,SwigCXXFiles,SysoFiles,EmbedFiles"
+
+// sourceFiles returns every file of the package the go command reads to build it.
+func (lp listedPackage) sourceFiles() []string {
+	var out []string
+	for _, list := range [][]string{lp.GoFiles, lp.CgoFiles, lp.CFiles, lp.CXXFiles, lp.MFiles, lp.HFiles, lp.FFiles, lp.SFiles, lp.SwigFiles, lp.SwigCXXFiles, lp.SysoFiles, lp.EmbedFiles} {
+		out = append(out, list...)
+	}
+	return out
 }
 
 // resolveBinaries finds, for every target platform, the main-module
@@ -378,7 +398,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 	}
 	for _, plat := range p.Platforms {
 		env := append([]string{"CGO_ENABLED=0", "GOOS=" + plat.OS, "GOARCH=" + plat.Architecture, "GOARM=" + config.GOARM(plat)}, p.listEnv()...)
-		args := []string{"list", "-e", "-deps", "-json=ImportPath,Dir,Standard,Deps,Module,Error"}
+		args := []string{"list", "-e", "-deps", "-json=" + listFields}
 		if tags != "" {
 			args = append(args, tags)
 		}
@@ -416,7 +436,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 				// Main-module, vendored and replaced-by-directory packages
 				// are files of the repository: inputs of the binary.
 				if _, inside := within(p.Root, lp.Dir); inside && lp.Dir != "" {
-					if err := addPackageFiles(p.Root, lp.Dir, files[b.Name]); err != nil {
+					if err := addPackageFiles(p.Root, lp, files[b.Name]); err != nil {
 						return err
 					}
 					continue
@@ -451,18 +471,21 @@ func (p *Plan) mainPackage(byPath map[string]listedPackage, rel string) (listedP
 	return lp, ok
 }
 
-// addPackageFiles adds the regular files of one package directory (not its
-// subdirectories, which are other packages).
-func addPackageFiles(root, dir string, into map[string]bool) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
+// addPackageFiles adds the files go reads to build one package, and the
+// go.mod of a module replaced by a directory inside the repository.
+func addPackageFiles(root string, lp listedPackage, into map[string]bool) error {
+	names := lp.sourceFiles()
+	paths := make([]string, 0, len(names)+1)
+	for _, name := range names {
+		paths = append(paths, filepath.Join(lp.Dir, filepath.FromSlash(name)))
 	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() {
-			continue
+	if m := lp.Module; m != nil && m.Replace != nil && m.Replace.GoMod != "" {
+		if _, inside := within(root, m.Replace.GoMod); inside {
+			paths = append(paths, m.Replace.GoMod)
 		}
-		rel, err := filepath.Rel(root, filepath.Join(dir, e.Name()))
+	}
+	for _, path := range paths {
+		rel, err := filepath.Rel(root, path)
 		if err != nil {
 			return err
 		}
