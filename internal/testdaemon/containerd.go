@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-build/kiln/pkg/containerd"
+	"github.com/kiln-build/kiln/internal/containerd"
 )
 
 // Containerd starts Debian's containerd with its own root, state and

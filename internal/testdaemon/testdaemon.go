@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/kiln-build/kiln/pkg/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // Unavailable skips the test, or fails it in CI.
@@ -21,14 +21,24 @@ func Unavailable(t testing.TB, format string, args ...any) {
 	t.Skipf(format, args...)
 }
 
-// RepoRoot is the repository root, from a package two levels down.
+// RepoRoot is the repository root: the nearest directory above the test's
+// package that holds build/kiln.yaml.
 func RepoRoot(t testing.TB) string {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return root
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "build", "kiln.yaml")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no build/kiln.yaml above the test's directory")
+		}
+		dir = parent
+	}
 }
 
 // Buildkit starts a private managed buildkitd (its own state, the shared

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-build/kiln/pkg/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // TLSDaemon is a buildkitd on 127.0.0.1 that takes only clients holding a
@@ -66,7 +66,11 @@ func TLSBuildkit(t *testing.T) *TLSDaemon {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(m.Binary(), "--root", filepath.Join(dir, "state"), "--addr", d.Addr, "--config", m.Config,
+	config, err := m.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(m.Binary(), "--root", filepath.Join(dir, "state"), "--addr", d.Addr, "--config", config,
 		"--oci-worker=true", "--containerd-worker=false",
 		"--tlscacert", filepath.Join(server, "ca.pem"), "--tlscert", filepath.Join(server, "cert.pem"), "--tlskey", filepath.Join(server, "key.pem"))
 	cmd.Stdout, cmd.Stderr = log, log

@@ -1,0 +1,745 @@
+// Package bench owns `mage bench`: it times kiln's builds (cold, warm,
+// incremental) against native `go build` of the same binaries in one run,
+// and reports the figures as tables, JSON, Markdown and a chart.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// Options configure a bench run.
+type Options struct {
+	// Build selects what is built: this repository, or another module
+	// through Build.Module and Build.Packages.
+	Build build.Options
+	// Runs is how often warm and incremental scenarios run (default 3);
+	// cold scenarios run once.
+	Runs int
+	// Out is where the reports go; <kiln>/_output/bench by default.
+	Out string
+	// Log receives progress lines; os.Stderr when nil.
+	Log io.Writer
+	// OnEdit, when set, is called after each source edit (tests use it to
+	// interrupt a run midway).
+	OnEdit func(path string)
+	// Registry (HOST[:PORT]) holds the caches of the fresh-daemon
+	// scenarios; REGISTRY, else a docker-registry on loopback, when empty.
+	Registry string
+}
+
+// Scenario is one measured situation.
+type Scenario struct {
+	Name        string          `json:"name"`
+	Kind        string          `json:"kind"` // native or kiln
+	Description string          `json:"description"`
+	Runs        []time.Duration `json:"runs"`
+	Median      time.Duration   `json:"median"`
+	Min         time.Duration   `json:"min"`
+	Max         time.Duration   `json:"max"`
+	// CPU is the median CPU time of the build processes; -1 if unreadable.
+	CPU time.Duration `json:"cpu"`
+	// PeakMemory is the largest resident memory of the build processes
+	// (for kiln: the daemon and its children); -1 if unreadable.
+	PeakMemory int64 `json:"peakMemory"`
+	// GoCache is the size of the Go build cache after the scenario.
+	GoCache int64 `json:"goCache"`
+	// Ran and Reused count kiln's steps in the last run; StepsRan names the
+	// steps that ran.
+	Ran      int      `json:"ran"`
+	Reused   int      `json:"reused"`
+	StepsRan []string `json:"stepsRan,omitempty"`
+	// Baseline names the native scenario this one is compared with, and
+	// Ratio is Median / that scenario's Median.
+	Baseline string  `json:"baseline,omitempty"`
+	Ratio    float64 `json:"ratio,omitempty"`
+	Note     string  `json:"note,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores          int    `json:"cores"`
+	Memory         int64  `json:"memory"`
+	HostGo         string `json:"hostGo"`
+	Toolchain      string `json:"toolchain"`
+	BuildKit       string `json:"buildkit"`
+	KilnCommit     string `json:"kilnCommit"`
+	DaemonMeasured bool   `json:"daemonMeasured"`
+}
+
+// Report is one bench run.
+type Report struct {
+	Date      time.Time `json:"date"`
+	Machine   Machine   `json:"machine"`
+	Module    string    `json:"module"`
+	Binaries  []string  `json:"binaries"`
+	Platforms []string  `json:"platforms"`
+	// OneBinaryEdit and SharedEdit are the packages the incremental
+	// scenarios edit.
+	OneBinaryEdit string     `json:"oneBinaryEdit"`
+	SharedEdit    string     `json:"sharedEdit"`
+	Scenarios     []Scenario `json:"scenarios"`
+	// CgoSplitRatio is the cgo-split build time over the uniform one, with
+	// the seed's measurement beside it.
+	CgoSplitRatio float64 `json:"cgoSplitRatio"`
+	SeedCgoRatio  float64 `json:"seedCgoRatio"`
+}
+
+// seedCgoRatio is Antrea's 9m49s with the cgo split over 6m42s without.
+const seedCgoRatio = 589.0 / 402.0
+
+// Scenario returns the named scenario.
+func (r *Report) Scenario(name string) *Scenario {
+	for i := range r.Scenarios {
+		if r.Scenarios[i].Name == name {
+			return &r.Scenarios[i]
+		}
+	}
+	return nil
+}
+
+// Scenario names, in the order they run.
+const (
+	NativeCold       = "native cold"
+	NativeWarm       = "native warm no-op"
+	NativeOneBinary  = "native incremental, one binary"
+	NativeShared     = "native incremental, shared"
+	KilnCold         = "kiln cold"
+	KilnColdMounts   = "kiln cold, Go caches kept"
+	KilnWarm         = "kiln warm no-op"
+	KilnOneBinary    = "kiln incremental, one binary"
+	KilnShared       = "kiln incremental, shared"
+	NativeCgoSplit   = "native cgo split"
+	NativeCgoUniform = "native cgo uniform"
+)
+
+type runner struct {
+	opts    Options
+	plan    *plan.Plan
+	daemon  *buildkit.Daemon
+	report  *Report
+	edits   *editor
+	started time.Time
+	step    int
+	steps   int
+	log     io.Writer
+	// nativeCache is the GOCACHE the native scenarios share, filled by the
+	// cold one.
+	nativeCache string
+	// registry holds the caches of the fresh-daemon scenarios; "" skips them.
+	registry string
+}
+
+// Run measures every scenario and writes the reports.
+func Run(ctx context.Context, opts Options) (*Report, []string, error) {
+	if opts.Runs <= 0 {
+		opts.Runs = 3
+	}
+	opts.Build.Progress = "quiet"
+	opts.Build.SkipChecks = true
+	p, err := build.Plan(opts.Build)
+	if err != nil {
+		return nil, nil, err
+	}
+	kilnRoot := opts.Build.Root
+	if kilnRoot == "" {
+		if kilnRoot, err = os.Getwd(); err != nil {
+			return nil, nil, err
+		}
+	}
+	if opts.Out == "" {
+		opts.Out = filepath.Join(kilnRoot, "_output", "bench")
+	}
+	if opts.Build.OutDir == "" {
+		tmp, err := os.MkdirTemp("", "kiln-bench-out-")
+		if err != nil {
+			return nil, nil, err
+		}
+		defer os.RemoveAll(tmp)
+		opts.Build.OutDir = tmp
+	}
+	r := &runner{opts: opts, plan: p, started: time.Now(), log: opts.Log}
+	if r.log == nil {
+		r.log = os.Stderr
+	}
+	r.edits, err = newEditor(opts.Out, p.Root)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer r.edits.restore()
+	defer func() {
+		if r.nativeCache != "" {
+			os.RemoveAll(r.nativeCache)
+		}
+	}()
+
+	d, err := buildkit.Connect(ctx, kilnRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	r.daemon = d
+
+	r.report = &Report{Date: time.Now().UTC(), Module: p.Module, Platforms: p.PlatformIDs(), SeedCgoRatio: seedCgoRatio}
+	for _, b := range p.Binaries {
+		r.report.Binaries = append(r.report.Binaries, b.Name)
+	}
+	r.report.Machine = machine(ctx, d, p, kilnRoot)
+	registry, stopRegistry, err := benchRegistry(opts.Registry)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stopRegistry()
+	r.registry = registry
+	r.report.OneBinaryEdit, r.report.SharedEdit = pickEdits(p)
+
+	scenarios := []func(context.Context) error{
+		r.nativeCold, r.nativeWarm, r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), r.nativeIncremental(NativeShared, r.report.SharedEdit),
+		r.kilnCold(KilnCold, true), r.kilnCold(KilnColdMounts, false), r.kilnWarm,
+		r.kilnIncremental(KilnOneBinary, r.report.OneBinaryEdit), r.kilnIncremental(KilnShared, r.report.SharedEdit),
+		r.freshDaemon(KilnFreshLayers, false), r.freshDaemon(KilnFreshSnapshot, true),
+		r.cgo,
+	}
+	r.steps = len(scenarios)
+	for _, sc := range scenarios {
+		r.step++
+		if err := sc(ctx); err != nil {
+			return nil, nil, err
+		}
+		if err := r.edits.restore(); err != nil {
+			return nil, nil, err
+		}
+	}
+	r.ratios()
+	files, err := write(r.report, opts.Out)
+	return r.report, files, err
+}
+
+func (r *runner) progress(name string, run, of int) {
+	fmt.Fprintf(r.log, "bench [%d/%d] %s, run %d/%d (elapsed %s)\n", r.step, r.steps, name, run, of, time.Since(r.started).Round(time.Second))
+}
+
+func (r *runner) add(s Scenario, samples []sample) {
+	for _, x := range samples {
+		s.Runs = append(s.Runs, x.Wall)
+	}
+	s.Median, s.Min, s.Max = stats(s.Runs)
+	cpus := []time.Duration{}
+	s.PeakMemory = -1
+	for _, x := range samples {
+		if x.CPU >= 0 {
+			cpus = append(cpus, x.CPU)
+		}
+		s.PeakMemory = max(s.PeakMemory, x.PeakRSS)
+	}
+	s.CPU = -1
+	if len(cpus) > 0 {
+		s.CPU, _, _ = stats(cpus)
+	}
+	r.report.Scenarios = append(r.report.Scenarios, s)
+}
+
+func stats(ds []time.Duration) (median, lo, hi time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2], s[0], s[len(s)-1]
+}
+
+// goEnv is the host environment of the native builds: the same Go
+// environment kiln uses, for one target platform.
+func (r *runner) goEnv(gocache string, target string, cgo string) []string {
+	env := os.Environ()
+	env = append(env, "GOCACHE="+gocache, "CGO_ENABLED="+cgo, "GOFLAGS=-mod=readonly", "GOWORK=off")
+	plat, _ := config.ParsePlatform(target)
+	env = append(env, "GOOS="+plat.OS, "GOARCH="+plat.Architecture)
+	if arm := config.GOARM(plat); arm != "" {
+		env = append(env, "GOARM="+arm)
+	}
+	return env
+}
+
+// nativeBuild builds every binary for every platform on the host, one go
+// command per platform as a developer would.
+func (r *runner) nativeBuild(ctx context.Context, gocache string) (sample, error) {
+	out, err := os.MkdirTemp("", "kiln-bench-native-")
+	if err != nil {
+		return sample{}, err
+	}
+	defer os.RemoveAll(out)
+	var total sample
+	for _, target := range r.plan.PlatformIDs() {
+		args := append([]string{"build"}, r.plan.GoEnv.BuildArgs...)
+		args = append(args, "-o", filepath.Join(out, strings.ReplaceAll(target, "/", "_"))+"/")
+		for _, b := range r.plan.Binaries {
+			args = append(args, b.Package)
+		}
+		s, err := runCommand(ctx, r.plan.Root, r.goEnv(gocache, target, "0"), "go", args...)
+		if err != nil {
+			return sample{}, err
+		}
+		total.Wall += s.Wall
+		total.CPU += s.CPU
+		total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
+	}
+	return total, nil
+}
+
+func (r *runner) nativeGoCache() (string, error) {
+	return os.MkdirTemp("", "kiln-bench-gocache-")
+}
+
+func (r *runner) nativeCold(ctx context.Context) error {
+	dir, err := r.nativeGoCache()
+	if err != nil {
+		return err
+	}
+	r.nativeCache = dir
+	r.progress(NativeCold, 1, 1)
+	s, err := r.nativeBuild(ctx, dir)
+	if err != nil {
+		return err
+	}
+	r.add(Scenario{Name: NativeCold, Kind: "native", Description: "go build on the host, empty GOCACHE", GoCache: dirSize(dir)}, []sample{s})
+	return nil
+}
+
+func (r *runner) nativeWarm(ctx context.Context) error {
+	var samples []sample
+	for i := 1; i <= r.opts.Runs; i++ {
+		r.progress(NativeWarm, i, r.opts.Runs)
+		s, err := r.nativeBuild(ctx, r.nativeCache)
+		if err != nil {
+			return err
+		}
+		samples = append(samples, s)
+	}
+	r.add(Scenario{Name: NativeWarm, Kind: "native", Description: "go build again, nothing changed (relinks every binary)", GoCache: dirSize(r.nativeCache)}, samples)
+	return nil
+}
+
+func (r *runner) nativeIncremental(name, pkg string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if pkg == "" {
+			r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: name, Kind: "native", Note: "no such package in this module"})
+			return nil
+		}
+		var samples []sample
+		for i := 1; i <= r.opts.Runs; i++ {
+			r.progress(name, i, r.opts.Runs)
+			if err := r.edit(pkg, i); err != nil {
+				return err
+			}
+			s, err := r.nativeBuild(ctx, r.nativeCache)
+			if err != nil {
+				return err
+			}
+			samples = append(samples, s)
+		}
+		r.add(Scenario{Name: name, Kind: "native", Description: "go build after an edit to " + pkg, GoCache: dirSize(r.nativeCache)}, samples)
+		return nil
+	}
+}
+
+func (r *runner) edit(pkg string, n int) error {
+	path, err := r.edits.edit(pkg, n)
+	if err != nil {
+		return err
+	}
+	if r.opts.OnEdit != nil {
+		r.opts.OnEdit(path)
+	}
+	return nil
+}
+
+// kilnBuild runs `mage binaries` in process and measures it, with the
+// daemon's CPU and memory when kiln manages it.
+func (r *runner) kilnBuild(ctx context.Context) (sample, buildkit.Steps, error) {
+	return r.kilnBuildWith(ctx, r.opts.Build)
+}
+
+func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample, buildkit.Steps, error) {
+	pid := func() int { return 0 }
+	if r.daemon.Managed != nil {
+		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
+	}
+	cpuBefore, cpuOK := processCPU(pid())
+	peak := samplePeak(pid)
+	start := time.Now()
+	out, err := build.Binaries(ctx, opts)
+	wall := time.Since(start)
+	rss := peak.Stop()
+	if err != nil {
+		return sample{}, nil, err
+	}
+	s := sample{Wall: wall, CPU: -1, PeakRSS: -1}
+	if cpuAfter, ok := processCPU(pid()); ok && cpuOK {
+		s.CPU = cpuAfter - cpuBefore
+		s.PeakRSS = rss
+	}
+	return s, out.Steps, nil
+}
+
+func (r *runner) describe(s *Scenario, steps buildkit.Steps) {
+	s.Ran, s.Reused, s.StepsRan = 0, 0, nil
+	for _, st := range steps {
+		if st.Cached {
+			s.Reused++
+		} else {
+			s.Ran++
+			s.StepsRan = append(s.StepsRan, st.Name)
+		}
+	}
+	s.GoCache = r.goCacheSize()
+}
+
+// goCacheSize is the size of kiln's Go build cache mount on the daemon.
+func (r *runner) goCacheSize() int64 {
+	usage, err := r.daemon.DiskUsage(context.Background(), client.WithFilter([]string{"type==" + string(client.UsageRecordTypeCacheMount)}))
+	if err != nil {
+		return -1
+	}
+	var n int64
+	for _, u := range usage {
+		if strings.Contains(u.Description, r.plan.Cache.GoCache) {
+			n += u.Size
+		}
+	}
+	return n
+}
+
+func (r *runner) prune(ctx context.Context, cacheMounts bool) error {
+	opts := []client.PruneOption{client.PruneAll}
+	if !cacheMounts {
+		opts = append(opts, client.WithFilter([]string{"type!=" + string(client.UsageRecordTypeCacheMount)}))
+	}
+	return r.daemon.Prune(ctx, nil, opts...)
+}
+
+func (r *runner) kilnCold(name string, dropCacheMounts bool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		r.progress(name, 1, 1)
+		if err := r.prune(ctx, dropCacheMounts); err != nil {
+			return fmt.Errorf("prune before %s: %w", name, err)
+		}
+		s, steps, err := r.kilnBuild(ctx)
+		if err != nil {
+			return err
+		}
+		sc := Scenario{Name: name, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts (a new machine)", Baseline: NativeCold}
+		if !dropCacheMounts {
+			sc.Description, sc.Baseline = "layers pruned, Go cache mounts kept (a developer after a prune)", NativeWarm
+		}
+		r.describe(&sc, steps)
+		r.add(sc, []sample{s})
+		return nil
+	}
+}
+
+func (r *runner) kilnWarm(ctx context.Context) error {
+	var samples []sample
+	var steps buildkit.Steps
+	for i := 1; i <= r.opts.Runs; i++ {
+		r.progress(KilnWarm, i, r.opts.Runs)
+		s, st, err := r.kilnBuild(ctx)
+		if err != nil {
+			return err
+		}
+		samples, steps = append(samples, s), st
+	}
+	sc := Scenario{Name: KilnWarm, Kind: "kiln", Description: "nothing changed", Baseline: NativeWarm}
+	r.describe(&sc, steps)
+	r.add(sc, samples)
+	return nil
+}
+
+func (r *runner) kilnIncremental(name, pkg string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		if pkg == "" {
+			r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: name, Kind: "kiln", Note: "no such package in this module"})
+			return nil
+		}
+		var samples []sample
+		var steps buildkit.Steps
+		for i := 1; i <= r.opts.Runs; i++ {
+			r.progress(name, i, r.opts.Runs)
+			if err := r.edit(pkg, 100+i); err != nil {
+				return err
+			}
+			s, st, err := r.kilnBuild(ctx)
+			if err != nil {
+				return err
+			}
+			samples, steps = append(samples, s), st
+		}
+		baseline := NativeOneBinary
+		if name == KilnShared {
+			baseline = NativeShared
+		}
+		sc := Scenario{Name: name, Kind: "kiln", Description: "after an edit to " + pkg, Baseline: baseline}
+		r.describe(&sc, steps)
+		r.add(sc, samples)
+		return nil
+	}
+}
+
+// cgo times the seed experiment natively for the host platform: the first
+// binary with CGO_ENABLED=0 and the others with cgo, against all without,
+// each from an empty cache. kiln never builds with cgo.
+func (r *runner) cgo(ctx context.Context) error {
+	if _, err := exec.LookPath("gcc"); err != nil {
+		r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: NativeCgoSplit, Kind: "native", Note: "gcc not found: cgo experiment skipped"})
+		return nil
+	}
+	host := "linux/" + runtime.GOARCH
+	run := func(name string, split bool) (sample, error) {
+		r.progress(name, 1, 1)
+		dir, err := r.nativeGoCache()
+		if err != nil {
+			return sample{}, err
+		}
+		defer os.RemoveAll(dir)
+		out, err := os.MkdirTemp("", "kiln-bench-cgo-")
+		if err != nil {
+			return sample{}, err
+		}
+		defer os.RemoveAll(out)
+		var total sample
+		for i, b := range r.plan.Binaries {
+			cgo := "0"
+			if split && i > 0 {
+				cgo = "1"
+			}
+			args := append([]string{"build"}, r.plan.GoEnv.BuildArgs...)
+			args = append(args, "-o", filepath.Join(out, b.Name), b.Package)
+			s, err := runCommand(ctx, r.plan.Root, r.goEnv(dir, host, cgo), "go", args...)
+			if err != nil {
+				return sample{}, err
+			}
+			total.Wall += s.Wall
+			total.CPU += s.CPU
+			total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
+		}
+		return total, nil
+	}
+	split, err := run(NativeCgoSplit, true)
+	if err != nil {
+		return err
+	}
+	uniform, err := run(NativeCgoUniform, false)
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("run natively for %s (kiln never builds with cgo): %s with CGO_ENABLED=0, the others with cgo, empty cache", host, r.plan.Binaries[0].Name)
+	r.add(Scenario{Name: NativeCgoSplit, Kind: "native", Description: note}, []sample{split})
+	r.add(Scenario{Name: NativeCgoUniform, Kind: "native", Description: "every binary with CGO_ENABLED=0, empty cache"}, []sample{uniform})
+	if uniform.Wall > 0 {
+		r.report.CgoSplitRatio = float64(split.Wall) / float64(uniform.Wall)
+	}
+	return nil
+}
+
+func (r *runner) ratios() {
+	for i := range r.report.Scenarios {
+		s := &r.report.Scenarios[i]
+		if s.Baseline == "" {
+			continue
+		}
+		if b := r.report.Scenario(s.Baseline); b != nil && b.Median > 0 {
+			s.Ratio = float64(s.Median) / float64(b.Median)
+		}
+	}
+}
+
+func machine(ctx context.Context, d *buildkit.Daemon, p *plan.Plan, kilnRoot string) Machine {
+	m := Machine{Cores: runtime.NumCPU(), Memory: memTotal(), Toolchain: "go" + p.Toolchain.GoVersion, DaemonMeasured: d.Managed != nil}
+	if out, err := exec.Command("go", "env", "GOVERSION").Output(); err == nil {
+		m.HostGo = strings.TrimSpace(string(out))
+	}
+	if info, err := d.Info(ctx); err == nil {
+		m.BuildKit = info.BuildkitVersion.Version
+	}
+	cmd := exec.Command("git", "rev-parse", "HEAD")
+	cmd.Dir = kilnRoot
+	if out, err := cmd.Output(); err == nil {
+		m.KilnCommit = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+// pickEdits chooses, from each binary's package files, a package only one
+// binary uses (a library before a main package) and one every binary uses.
+func pickEdits(p *plan.Plan) (oneBinary, shared string) {
+	users := map[string]int{}
+	mains := map[string]bool{}
+	for _, b := range p.Binaries {
+		mains[strings.TrimPrefix(b.Package, "./")] = true
+		dirs := map[string]bool{}
+		for _, f := range b.Files {
+			if strings.HasSuffix(f, ".go") && !strings.HasSuffix(f, "_test.go") {
+				dirs[filepath.Dir(f)] = true
+			}
+		}
+		for d := range dirs {
+			users[d]++
+		}
+	}
+	var dirs []string
+	for d := range users {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	for _, d := range dirs {
+		switch {
+		case users[d] == len(p.Binaries) && shared == "" && len(p.Binaries) > 1:
+			shared = d
+		case users[d] == 1 && !mains[d] && oneBinary == "":
+			oneBinary = d
+		}
+	}
+	if oneBinary == "" && len(p.Binaries) > 0 {
+		oneBinary = strings.TrimPrefix(p.Binaries[0].Package, "./")
+	}
+	return oneBinary, shared
+}
+
+// editor appends a comment to one file of a package and restores it, also
+// after an interrupted run: the originals are kept on disk until restored.
+type editor struct {
+	root   string
+	backup string
+	files  map[string][]byte
+}
+
+func newEditor(out, root string) (*editor, error) {
+	e := &editor{root: root, backup: filepath.Join(out, "restore.json"), files: map[string][]byte{}}
+	if data, err := os.ReadFile(e.backup); err == nil {
+		if err := json.Unmarshal(data, &e.files); err != nil {
+			return nil, fmt.Errorf("%s: %w (restore the edited files by hand, then delete it)", e.backup, err)
+		}
+		if len(e.files) > 0 {
+			fmt.Fprintf(os.Stderr, "bench: restoring %d file(s) an interrupted run edited\n", len(e.files))
+		}
+		if err := e.restore(); err != nil {
+			return nil, err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (e *editor) edit(pkg string, n int) (string, error) {
+	matches, _ := filepath.Glob(filepath.Join(e.root, pkg, "*.go"))
+	var file string
+	for _, m := range matches {
+		if !strings.HasSuffix(m, "_test.go") {
+			file = m
+			break
+		}
+	}
+	if file == "" {
+		return "", fmt.Errorf("bench: no Go file in %s to edit", pkg)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	if _, saved := e.files[file]; !saved {
+		e.files[file] = data
+		if err := e.save(); err != nil {
+			return "", err
+		}
+	} else {
+		data = e.files[file]
+	}
+	edited := append(slices.Clone(data), fmt.Sprintf("\n// kiln bench edit %d\n", n)...)
+	return file, os.WriteFile(file, edited, 0o644)
+}
+
+func (e *editor) save() error {
+	if err := os.MkdirAll(filepath.Dir(e.backup), 0o755); err != nil {
+		return err
+	}
+	data, err := json.Marshal(e.files)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(e.backup, data, 0o644)
+}
+
+func (e *editor) restore() error {
+	for file, data := range e.files {
+		if err := os.WriteFile(file, data, 0o644); err != nil {
+			return fmt.Errorf("restore %s: %w", file, err)
+		}
+		delete(e.files, file)
+	}
+	if err := os.Remove(e.backup); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// CopyFromModuleCache copies a module version from the Go module cache
+// (downloading it first if needed) into a temporary, writable directory, so
+// a large real module can be benchmarked without committing it. The
+// returned function removes the copy.
+func CopyFromModuleCache(ctx context.Context, modVersion string) (string, func(), error) {
+	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", modVersion).Output()
+	if err != nil {
+		return "", nil, fmt.Errorf("go mod download %s: %w", modVersion, err)
+	}
+	var info struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &info); err != nil || info.Dir == "" {
+		return "", nil, fmt.Errorf("go mod download %s: %s", modVersion, info.Error)
+	}
+	dir, err := os.MkdirTemp("", "kiln-bench-module-")
+	if err != nil {
+		return "", nil, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	err = filepath.WalkDir(info.Dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(info.Dir, path)
+		dst := filepath.Join(dir, rel)
+		if d.IsDir() {
+			return os.MkdirAll(dst, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, data, 0o644)
+	})
+	if err != nil {
+		cleanup()
+		return "", nil, err
+	}
+	return dir, cleanup, nil
+}

@@ -1,0 +1,190 @@
+package bench_test
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kiln-build/kiln/internal/bench"
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+)
+
+// fixture copies testdata/tinymod so that edits never touch the repository.
+func fixture(t *testing.T) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir("testdata/tinymod", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel("testdata/tinymod", path)
+		if d.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := map[string]string{}
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			data, _ := os.ReadFile(path)
+			files[path] = string(data)
+		}
+		return nil
+	})
+	return files
+}
+
+func options(t *testing.T, module string) bench.Options {
+	return bench.Options{
+		Build: build.Options{Root: testdaemon.RepoRoot(t), Module: module, Packages: []string{"./cmd/alpha", "./cmd/beta"}, Platforms: "linux/amd64"},
+		Runs:  1,
+		Out:   t.TempDir(),
+		Log:   io.Discard,
+	}
+}
+
+func TestBenchOnAFixtureModule(t *testing.T) {
+	testdaemon.Buildkit(t)
+	module := fixture(t)
+	before := snapshot(t, module)
+	opts := options(t, module)
+
+	report, files, err := bench.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := snapshot(t, module); !mapsEqual(before, after) {
+		t.Error("the fixture was not restored after the edit scenarios")
+	}
+	if report.OneBinaryEdit != "internal/onlyalpha" || report.SharedEdit != "internal/shared" {
+		t.Errorf("edits picked %q and %q, want internal/onlyalpha and internal/shared", report.OneBinaryEdit, report.SharedEdit)
+	}
+
+	var fromDisk bench.Report
+	data, err := os.ReadFile(filepath.Join(opts.Out, "latest.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &fromDisk); err != nil {
+		t.Fatalf("latest.json: %v", err)
+	}
+	want := []string{bench.NativeCold, bench.NativeWarm, bench.NativeOneBinary, bench.NativeShared,
+		bench.KilnCold, bench.KilnColdMounts, bench.KilnWarm, bench.KilnOneBinary, bench.KilnShared,
+		bench.KilnFreshLayers, bench.KilnFreshSnapshot,
+		bench.NativeCgoSplit, bench.NativeCgoUniform}
+	var names []string
+	for _, s := range fromDisk.Scenarios {
+		names = append(names, s.Name)
+		if len(s.Runs) != 1 || s.Median <= 0 {
+			t.Errorf("%s: runs %v", s.Name, s.Runs)
+		}
+		if s.Kind == "kiln" && (s.Ratio <= 0 || s.Ran+s.Reused == 0) {
+			t.Errorf("%s: ratio %v, steps %d/%d", s.Name, s.Ratio, s.Ran, s.Ran+s.Reused)
+		}
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("scenarios %v, want %v", names, want)
+	}
+	if m := fromDisk.Machine; m.Cores == 0 || m.Memory == 0 || m.HostGo == "" || m.BuildKit == "" || m.KilnCommit == "" {
+		t.Errorf("machine facts incomplete: %+v", m)
+	}
+	if s := fromDisk.Scenario(bench.KilnOneBinary); !slices.Contains(s.StepsRan, "[alpha linux/amd64] go build") || slices.Contains(s.StepsRan, "[beta linux/amd64] go build") {
+		t.Errorf("after an alpha-only edit, steps that ran: %v", s.StepsRan)
+	}
+	if s := fromDisk.Scenario(bench.KilnFreshSnapshot); !slices.Contains(s.StepsRan, "[go cache] seed GOCACHE from the snapshot") {
+		t.Errorf("the fresh daemon did not seed its Go cache from the snapshot; steps that ran: %v", s.StepsRan)
+	}
+	if s := fromDisk.Scenario(bench.KilnFreshLayers); slices.Contains(s.StepsRan, "[alpha linux/amd64] go build") && !slices.Contains(s.StepsRan, "[linux/amd64] compile packages") {
+		t.Errorf("fresh daemon with the layer cache: steps that ran: %v", s.StepsRan)
+	}
+	if fromDisk.CgoSplitRatio <= 0 {
+		t.Error("no cgo split ratio")
+	}
+
+	md, err := os.ReadFile(filepath.Join(opts.Out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range want {
+		if !strings.Contains(string(md), "| "+name+" |") {
+			t.Errorf("report.md has no row for %s", name)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(opts.Out, "chart.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := xml.NewDecoder(strings.NewReader(string(svg)))
+	for {
+		if _, err := dec.Token(); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("chart.svg is not well-formed: %v", err)
+		}
+	}
+	if !strings.Contains(string(svg), bench.KilnOneBinary) {
+		t.Error("chart.svg does not show the incremental scenario")
+	}
+	if len(files) != 4 {
+		t.Errorf("files written: %v", files)
+	}
+}
+
+func TestBenchRestoresTheTreeWhenInterrupted(t *testing.T) {
+	testdaemon.Buildkit(t)
+	module := fixture(t)
+	before := snapshot(t, module)
+	opts := options(t, module)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	edited := ""
+	opts.OnEdit = func(path string) {
+		edited = path
+		cancel()
+	}
+	_, _, err := bench.Run(ctx, opts)
+	if err == nil {
+		t.Fatal("an interrupted run succeeded")
+	}
+	if edited == "" {
+		t.Fatal("no edit happened before the interruption")
+	}
+	if after := snapshot(t, module); !mapsEqual(before, after) {
+		t.Errorf("%s was not restored after the interruption", edited)
+	}
+	if _, err := os.Stat(filepath.Join(opts.Out, "restore.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("restore.json left behind: %v", err)
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,243 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"html"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/kiln-build/kiln/internal/config"
+)
+
+// write stores the report as JSON (timestamped and latest.json), Markdown
+// and an SVG chart, and returns the paths.
+func write(r *Report, dir string) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	stamped := filepath.Join(dir, "bench-"+r.Date.Format("20060102T150405Z")+".json")
+	files := []string{stamped, filepath.Join(dir, "latest.json"), filepath.Join(dir, "report.md"), filepath.Join(dir, "chart.svg")}
+	writers := []func(io.Writer) error{
+		func(w io.Writer) error { _, err := w.Write(data); return err },
+		func(w io.Writer) error { _, err := w.Write(data); return err },
+		r.WriteMarkdown,
+		r.WriteSVG,
+	}
+	for i, f := range files {
+		if err := writeFile(f, writers[i]); err != nil {
+			return nil, err
+		}
+	}
+	return files, nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	tmp := path + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Read loads a JSON report.
+func Read(path string) (*Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var r Report
+	if err := json.Unmarshal(data, &r); err != nil {
+		return nil, fmt.Errorf("%s: not a bench report: %w", path, err)
+	}
+	return &r, nil
+}
+
+func secs(d time.Duration) string {
+	if d < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2fs", d.Seconds())
+}
+
+func bytesOrNA(n int64) string {
+	if n < 0 {
+		return "n/a"
+	}
+	if n == 0 {
+		return "-"
+	}
+	return config.FormatSize(n)
+}
+
+// ratio is the scenario against its baseline, naming a baseline that is
+// not native (the fresh-daemon scenarios compare with kiln cold).
+func ratio(s Scenario) string {
+	if s.Ratio == 0 {
+		return "-"
+	}
+	if !strings.HasPrefix(s.Baseline, "native") {
+		return fmt.Sprintf("%.2fx of %s", s.Ratio, s.Baseline)
+	}
+	return fmt.Sprintf("%.2fx", s.Ratio)
+}
+
+func steps(s Scenario) string {
+	if s.Kind != "kiln" {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", s.Ran, s.Ran+s.Reused)
+}
+
+// WriteTable prints the scenarios for a terminal.
+func (r *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCENARIO\tMEDIAN\tMIN\tMAX\tCPU\tPEAK MEM\tGO CACHE\tSTEPS RAN\tVS BASELINE")
+	for _, s := range r.Scenarios {
+		if s.Note != "" && len(s.Runs) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Note)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Name, secs(s.Median), secs(s.Min), secs(s.Max), secs(s.CPU), bytesOrNA(s.PeakMemory), bytesOrNA(s.GoCache), steps(s), ratio(s))
+	}
+	if r.CgoSplitRatio > 0 {
+		fmt.Fprintf(tw, "cgo split / uniform\t%.2fx\t(seed: %.2fx)\n", r.CgoSplitRatio, r.SeedCgoRatio)
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown writes the report people read.
+func (r *Report) WriteMarkdown(w io.Writer) error {
+	m := r.Machine
+	fmt.Fprintf(w, "# kiln bench, %s\n\n", r.Date.Format(time.RFC3339))
+	fmt.Fprintf(w, "Module `%s`: %s for %s. Machine: %d cores, %s; host %s, toolchain %s, BuildKit %s, kiln %.12s.\n\n",
+		r.Module, strings.Join(r.Binaries, ", "), strings.Join(r.Platforms, ", "), m.Cores, config.FormatSize(m.Memory), m.HostGo, m.Toolchain, m.BuildKit, m.KilnCommit)
+	fmt.Fprintf(w, "Incremental edits: one binary `%s`, shared `%s`.\n\n", r.OneBinaryEdit, r.SharedEdit)
+	fmt.Fprintln(w, "| scenario | median | min | max | CPU | peak memory | Go cache | steps ran | vs baseline |")
+	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+	for _, s := range r.Scenarios {
+		if s.Note != "" && len(s.Runs) == 0 {
+			fmt.Fprintf(w, "| %s | %s |  |  |  |  |  |  |  |\n", s.Name, s.Note)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", s.Name, secs(s.Median), secs(s.Min), secs(s.Max), secs(s.CPU), bytesOrNA(s.PeakMemory), bytesOrNA(s.GoCache), steps(s), ratio(s))
+	}
+	fmt.Fprintln(w)
+	for _, s := range r.Scenarios {
+		if s.Description != "" {
+			fmt.Fprintf(w, "- **%s**: %s", s.Name, s.Description)
+			if len(s.StepsRan) > 0 && len(s.StepsRan) <= 12 {
+				fmt.Fprintf(w, "; steps that ran: %s", strings.Join(s.StepsRan, ", "))
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if r.CgoSplitRatio > 0 {
+		fmt.Fprintf(w, "\nThe cgo split costs **%.2fx** the uniform build here (Antrea measured %.2fx: 9m49s against 6m42s). It runs natively, because kiln never builds with cgo.\n", r.CgoSplitRatio, r.SeedCgoRatio)
+	}
+	if !m.DaemonMeasured {
+		fmt.Fprintln(w, "\nCPU and memory of kiln's builds are n/a: the daemon is not the managed local one, so its processes cannot be read.")
+	}
+	_, err := fmt.Fprintln(w, "\nCPU is user+system time of the build processes (for kiln: buildkitd and the steps it ran); peak memory is their largest resident set.")
+	return err
+}
+
+// WriteSVG draws each kiln scenario beside the native one it is measured against.
+func (r *Report) WriteSVG(w io.Writer) error {
+	type bar struct {
+		label string
+		kiln  time.Duration
+		base  time.Duration
+		ratio float64
+	}
+	var bars []bar
+	var longest time.Duration
+	for _, s := range r.Scenarios {
+		if s.Kind != "kiln" || len(s.Runs) == 0 {
+			continue
+		}
+		b := bar{label: s.Name, kiln: s.Median, ratio: s.Ratio}
+		if base := r.Scenario(s.Baseline); base != nil {
+			b.base = base.Median
+		}
+		bars = append(bars, b)
+		longest = max(longest, b.kiln, b.base)
+	}
+	if longest == 0 {
+		longest = time.Second
+	}
+	const left, width, row = 230, 560, 46
+	height := 70 + row*len(bars) + 30
+	scale := func(d time.Duration) float64 { return float64(d) / float64(longest) * width }
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+140, height)
+	fmt.Fprintf(w, `<text x="10" y="24" font-size="16" font-weight="bold">kiln against native go build (median wall time)</text>`+"\n")
+	fmt.Fprintf(w, `<text x="10" y="44" fill="#555">%s · %d cores · %s</text>`+"\n", html.EscapeString(r.Module), r.Machine.Cores, html.EscapeString(strings.Join(r.Platforms, ", ")))
+	for i, b := range bars {
+		y := 60 + i*row
+		fmt.Fprintf(w, `<text x="10" y="%d">%s</text>`+"\n", y+16, html.EscapeString(b.label))
+		fmt.Fprintf(w, `<rect x="%d" y="%d" width="%.1f" height="16" fill="#4e79a7"/><text x="%.1f" y="%d">%s kiln`, left, y+3, scale(b.kiln), float64(left)+scale(b.kiln)+6, y+16, secs(b.kiln))
+		if b.ratio > 0 {
+			fmt.Fprintf(w, " (%.2fx)", b.ratio)
+		}
+		fmt.Fprintln(w, "</text>")
+		if b.base > 0 {
+			fmt.Fprintf(w, `<rect x="%d" y="%d" width="%.1f" height="16" fill="#bab0ac"/><text x="%.1f" y="%d" fill="#555">%s native</text>`+"\n", left, y+21, scale(b.base), float64(left)+scale(b.base)+6, y+34, secs(b.base))
+		}
+	}
+	_, err := fmt.Fprintln(w, "</svg>")
+	return err
+}
+
+// Compare prints, per scenario, the old and new medians and the change.
+func Compare(w io.Writer, old, new *Report) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SCENARIO\tOLD\tNEW\tCHANGE\n")
+	for _, s := range new.Scenarios {
+		o := old.Scenario(s.Name)
+		if o == nil || len(o.Runs) == 0 || len(s.Runs) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t%s\tnew\n", s.Name, secs(s.Median))
+			continue
+		}
+		change := "0%"
+		if o.Median > 0 {
+			change = fmt.Sprintf("%+.1f%%", (float64(s.Median)/float64(o.Median)-1)*100)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", s.Name, secs(o.Median), secs(s.Median), change)
+	}
+	for _, o := range old.Scenarios {
+		if new.Scenario(o.Name) == nil {
+			fmt.Fprintf(tw, "%s\t%s\t-\tgone\n", o.Name, secs(o.Median))
+		}
+	}
+	return tw.Flush()
+}
+
+// CompareFiles reads two reports and compares them.
+func CompareFiles(w io.Writer, oldPath, newPath string) error {
+	old, err := Read(oldPath)
+	if err != nil {
+		return err
+	}
+	new, err := Read(newPath)
+	if err != nil {
+		return err
+	}
+	return Compare(w, old, new)
+}

@@ -1,0 +1,453 @@
+// Package build wires the stages of the flow for the mage targets: config,
+// plan, toolchain, LLB graph, solve and export. It holds no stage logic itself.
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+
+	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	bksession "github.com/moby/buildkit/session"
+	"github.com/moby/patternmatcher/ignorefile"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/verify"
+)
+
+// Options select what to build; the zero value builds everything configured.
+type Options struct {
+	// Root is the repository root; the working directory when empty.
+	Root string
+	// Platforms is a comma-separated platform list; PLATFORMS when empty,
+	// then build/kiln.yaml.
+	Platforms string
+	// Stamp stamps version, commit and tree state (release builds).
+	Stamp bool
+	// Images limits the build to these images.
+	Images []string
+	// Progress is the progress mode; KILN_PROGRESS when empty, then auto.
+	Progress string
+	// OutDir is where outputs go; _output under Root when empty.
+	OutDir string
+	// SkipChecks skips the static and budget checks after `images`.
+	SkipChecks bool
+	// ProgressOut receives the progress display; os.Stderr when nil.
+	ProgressOut io.Writer
+	// CacheTo and CacheFrom override build/kiln.yaml's cache.to and
+	// cache.from (BuildKit layer caches, e.g. type=registry,ref=…,mode=max).
+	CacheTo, CacheFrom string
+	// Module builds another Go module's main packages instead of this
+	// repository's binaries: its directory, and Packages, its main packages
+	// (e.g. ./cmd/buildkitd). The toolchain, platforms and cache ids still
+	// come from this repository's build/kiln.yaml. Images are not built.
+	Module   string
+	Packages []string
+	// GoCacheTo pushes a snapshot of the build's GOCACHE entries to this
+	// repository (HOST[:PORT]/path) after a successful build; GoCacheFrom
+	// seeds the daemon's GOCACHE from the best matching snapshot there.
+	GoCacheTo, GoCacheFrom string
+	// GoCacheMax caps a snapshot in bytes; gocache.DefaultMax when 0.
+	GoCacheMax int64
+	// TraceCompiles shows every package compiled (go -x) in the package steps.
+	TraceCompiles bool
+}
+
+func (o *Options) root() (string, error) {
+	if o.Root != "" {
+		return filepath.Abs(o.Root)
+	}
+	return os.Getwd()
+}
+
+func (o *Options) OutDirFor(root string) string {
+	if o.OutDir != "" {
+		return o.OutDir
+	}
+	return filepath.Join(root, "_output")
+}
+
+func (o *Options) progress() (string, error) {
+	mode := o.Progress
+	if mode == "" {
+		mode = os.Getenv("KILN_PROGRESS")
+	}
+	if mode == "" {
+		return "auto", nil
+	}
+	for _, m := range buildkit.ProgressModes {
+		if m == mode {
+			return mode, nil
+		}
+	}
+	return "", fmt.Errorf("progress mode %q is unknown (use one of %s via -progress or KILN_PROGRESS)", mode, strings.Join(buildkit.ProgressModes, ", "))
+}
+
+// Plan loads and validates the configuration and resolves the plan, without
+// contacting BuildKit.
+func Plan(opts Options) (*plan.Plan, error) {
+	return resolve(opts, nil)
+}
+
+func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) {
+	root, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(root)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Module != "" {
+		if root, err = filepath.Abs(opts.Module); err != nil {
+			return nil, err
+		}
+		if cfg, err = external(cfg, root, opts.Packages); err != nil {
+			return nil, err
+		}
+	}
+	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images, BuildPlatform: buildPlatform}
+	list, source := opts.Platforms, "-platforms"
+	if list == "" {
+		list, source = os.Getenv("PLATFORMS"), "PLATFORMS"
+	}
+	if list != "" {
+		if po.Platforms, err = config.ParsePlatforms(list); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+	}
+	return plan.Resolve(root, cfg, po)
+}
+
+// external is this repository's configuration applied to another module:
+// its main packages become the binaries, and it has no images or stamping.
+func external(cfg *config.Config, dir string, packages []string) (*config.Config, error) {
+	_, modErr := os.Stat(filepath.Join(dir, "go.mod"))
+	_, workErr := os.Stat(filepath.Join(dir, "go.work"))
+	if modErr != nil && workErr != nil {
+		return nil, fmt.Errorf("-module %s: no go.mod or go.work there; point it at a Go module's or workspace's root", dir)
+	}
+	if len(packages) == 0 {
+		return nil, fmt.Errorf("-module %s: name its main packages with -packages, e.g. ./cmd/tool", dir)
+	}
+	ext := *cfg
+	ext.Binaries, ext.Images, ext.Budgets = nil, nil, nil
+	ext.Stamp.Package = ""
+	seen := map[string]bool{}
+	for _, pkg := range packages {
+		pkg = strings.TrimSpace(pkg)
+		if !strings.HasPrefix(pkg, "./") {
+			pkg = "./" + strings.TrimPrefix(pkg, "/")
+		}
+		name := path.Base(pkg)
+		if seen[name] {
+			return nil, fmt.Errorf("-packages: two packages named %s", name)
+		}
+		seen[name] = true
+		ext.Binaries = append(ext.Binaries, config.Binary{Name: name, Package: pkg})
+	}
+	return &ext, nil
+}
+
+// Session is a graph bound to a daemon, with the local sources it needs.
+type Session struct {
+	*image.Graph
+	daemon *buildkit.Daemon
+	locals map[string]string
+	mode   string
+	out    io.Writer
+	// cacheTo and cacheFrom are the layer caches every solve uses.
+	cacheTo, cacheFrom []client.CacheOptionsEntry
+	// attach are the module download step's secrets and SSH agent.
+	attach []bksession.Attachable
+	// goCacheTo publishes a Go cache snapshot after the build; goCacheMax
+	// caps snapshots (gocache.DefaultMax when 0).
+	goCacheTo  string
+	goCacheMax int64
+}
+
+// firstOf is the flag's value, else the configured one.
+func firstOf(flag, configured string) string {
+	if flag != "" {
+		return flag
+	}
+	return configured
+}
+
+func Start(ctx context.Context, opts Options) (*Session, error) {
+	mode, err := opts.progress()
+	if err != nil {
+		return nil, err
+	}
+	p, err := Plan(opts) // every configuration error before the daemon is contacted
+	if err != nil {
+		return nil, err
+	}
+	excludes, err := dockerignore(p.Root)
+	if err != nil {
+		return nil, err
+	}
+	kilnRoot, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	d, err := buildkit.Connect(ctx, kilnRoot)
+	if err != nil {
+		return nil, err
+	}
+	if bp, err := workerPlatform(ctx, d); err != nil {
+		d.Close()
+		return nil, err
+	} else if config.FormatPlatform(bp) != config.FormatPlatform(p.BuildPlatform) {
+		logrus.Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
+		if p, err = resolve(opts, &bp); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	cache, err := buildkit.CacheDir()
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	tcDir, err := golang.FetchToolchain(ctx, p.Toolchain, cache)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
+	var fetch *golang.Fetch
+	var attach []bksession.Attachable
+	if len(p.Modules) > 0 {
+		locals[golang.LocalCACerts] = "/etc/ssl/certs"
+		if fetch, err = golang.ResolveFetch(cache); err == nil {
+			attach, err = fetch.Attachables()
+		}
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		maps.Copy(locals, fetch.Locals())
+	}
+	s := &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut, attach: attach}
+	if s.cacheTo, err = buildkit.CacheEntries(opts.CacheTo, p.Cache.To, "-cacheto"); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if s.cacheFrom, err = buildkit.CacheEntries(opts.CacheFrom, p.Cache.From, "-cachefrom"); err != nil {
+		d.Close()
+		return nil, err
+	}
+	s.cacheFrom = buildkit.JobCacheImports(s.cacheFrom)
+	s.Golang.TraceCompiles = opts.TraceCompiles
+	s.goCacheTo, s.goCacheMax = firstOf(opts.GoCacheTo, p.Cache.GoCacheTo), opts.GoCacheMax
+	if s.goCacheMax == 0 && p.Cache.GoCacheMax != "" {
+		s.goCacheMax, _ = config.ParseSize(p.Cache.GoCacheMax) // validated by config.Load
+	}
+	if s.goCacheTo != "" {
+		if _, _, err := goCacheRepo(s.goCacheTo, "-gocacheto"); err != nil {
+			d.Close()
+			return nil, err
+		}
+	}
+	if from := firstOf(opts.GoCacheFrom, p.Cache.GoCacheFrom); from != "" {
+		s.seedGoCache(ctx, from, cache)
+	}
+	return s, nil
+}
+
+func (s *Session) Close() { s.daemon.Close() }
+
+func (s *Session) solveOptions() buildkit.SolveOptions {
+	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(), s.attach...), Hint: plan.Hint}
+}
+
+func workerPlatform(ctx context.Context, d *buildkit.Daemon) (ocispec.Platform, error) {
+	workers, err := d.ListWorkers(ctx)
+	if err != nil {
+		return ocispec.Platform{}, fmt.Errorf("list BuildKit workers at %s: %w", d.Address, err)
+	}
+	if len(workers) == 0 || len(workers[0].Platforms) == 0 {
+		return ocispec.Platform{}, fmt.Errorf("BuildKit at %s has no worker; check its configuration", d.Address)
+	}
+	return workers[0].Platforms[0], nil
+}
+
+func dockerignore(root string) ([]string, error) {
+	f, err := os.Open(filepath.Join(root, ".dockerignore"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	return patterns, nil
+}
+
+// ImageResult is one exported image.
+type ImageResult struct {
+	Name      string   `json:"name"`
+	Ref       string   `json:"ref"`
+	Digest    string   `json:"digest"`
+	Path      string   `json:"path"`
+	Platforms []string `json:"platforms"`
+}
+
+// ImagesOutcome is what Images built and which steps ran.
+type ImagesOutcome struct {
+	Images []ImageResult
+	buildkit.Steps
+	// Checks are the quick checks run on the new images.
+	Checks *verify.Report
+	// Explanations say which steps ran and why.
+	Explanations []explain.Explanation
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *GoCacheResult
+}
+
+// Images builds every planned image and writes each as an OCI layout
+// tarball under <out>/images/<name>.oci.tar.
+func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	s, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.images(ctx, opts)
+}
+
+func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	dir := filepath.Join(opts.OutDirFor(s.Plan.Root), "images")
+	var jobs []buildkit.Job
+	for _, img := range s.Plan.Images {
+		jobs = append(jobs, buildkit.Job{
+			Name:          img.Name,
+			Build:         s.Build(img),
+			FrontendAttrs: map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")},
+			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: s.ExporterAttrs(img.Ref)},
+			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
+		})
+	}
+	outcome, err := s.SolveImages(ctx, jobs)
+	if err != nil {
+		return nil, err
+	}
+	out := &ImagesOutcome{Steps: outcome.Steps}
+	for i, r := range outcome.Results {
+		img := s.Plan.Images[i]
+		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: s.Plan.PlatformIDs()})
+	}
+	if !opts.SkipChecks {
+		if out.Checks, err = quickChecksOnce(opts, s.Plan, out.Images); err != nil {
+			return nil, err
+		}
+	}
+	if out.Explanations, err = record(opts, s.Graph, out.Steps); err != nil {
+		return nil, err
+	}
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// PlatformDir is the output folder name of a platform: linux_amd64, linux_arm_v7.
+func PlatformDir(p ocispec.Platform) string {
+	return strings.ReplaceAll(config.FormatPlatform(p), "/", "_")
+}
+
+// BinariesOutcome is where Binaries wrote and which steps ran.
+type BinariesOutcome struct {
+	Dir string
+	buildkit.Steps
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *GoCacheResult
+}
+
+// Binaries builds every configured binary for every platform and writes
+// them to <out>/bin/<os>_<arch>/<name>.
+func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
+	s, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	var files []FileCopy
+	for _, target := range s.Plan.Platforms {
+		for _, b := range s.Plan.Binaries {
+			files = append(files, FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/" + PlatformDir(target) + "/" + b.Name})
+		}
+	}
+	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
+	steps, err := s.ExportFiles(ctx, "binaries", files, dest)
+	if err != nil {
+		return nil, err
+	}
+	out := &BinariesOutcome{Dir: dest, Steps: steps}
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// FileCopy is one file of a directory export.
+type FileCopy struct {
+	From      llb.State
+	Src, Dest string
+}
+
+// ExportFiles solves the files into one directory and writes it to dest,
+// replacing what was there only when the solve succeeded.
+func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string) (buildkit.Steps, error) {
+	var fa *llb.FileAction
+	for _, f := range files {
+		opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
+		if fa == nil {
+			fa = llb.Copy(f.From, f.Src, f.Dest, opt)
+		} else {
+			fa = fa.Copy(f.From, f.Src, f.Dest, opt)
+		}
+	}
+	st := llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect", name))
+	job := buildkit.Job{
+		Name: name,
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			def, err := st.Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c)})
+		},
+		Export: client.ExportEntry{Type: client.ExporterLocal},
+		Dest:   dest,
+	}
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions())
+	if err != nil {
+		return nil, err
+	}
+	return out.Steps, nil
+}

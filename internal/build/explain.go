@@ -1,0 +1,74 @@
+package build
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/image"
+)
+
+const (
+	explainDir = "explain"
+	lastBuild  = "last.json"
+	priorBuild = "previous.json"
+)
+
+// record keeps this build's step inputs and outcomes for `mage explain`,
+// moving the last record aside as the previous one.
+func record(opts Options, g *image.Graph, steps buildkit.Steps) ([]explain.Explanation, error) {
+	p := g.Plan
+	defs, err := g.Definitions()
+	if err != nil {
+		return nil, err
+	}
+	inputs, err := explain.Collect(p, defs)
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(opts.OutDirFor(p.Root), explainDir)
+	prev, err := readRecord(filepath.Join(dir, lastBuild))
+	if err != nil {
+		return nil, err
+	}
+	now := explain.Record{Inputs: inputs, Steps: steps}
+	if prev != nil {
+		// Another build running at the same time may have moved it already.
+		if err := os.Rename(filepath.Join(dir, lastBuild), filepath.Join(dir, priorBuild)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	if err := writeAtomic(filepath.Join(dir, lastBuild), func(f *os.File) error { return json.NewEncoder(f).Encode(now) }); err != nil {
+		return nil, err
+	}
+	return explain.Explain(now, prev), nil
+}
+
+// Explain reads the records of the last two builds and explains the last.
+func Explain(opts Options) ([]explain.Explanation, error) {
+	root, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(opts.OutDirFor(root), explainDir)
+	now, err := readRecord(filepath.Join(dir, lastBuild))
+	if err != nil {
+		return nil, err
+	}
+	if now == nil {
+		return nil, fmt.Errorf("no build recorded in %s: run `mage images` first", dir)
+	}
+	prev, err := readRecord(filepath.Join(dir, priorBuild))
+	if err != nil {
+		return nil, err
+	}
+	return explain.Explain(*now, prev), nil
+}
+
+func readRecord(path string) (*explain.Record, error) {
+	return readJSON[explain.Record](path, "build record")
+}

@@ -1,0 +1,175 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	dockerconfig "github.com/docker/cli/cli/config"
+	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/exporter/containerimage/exptypes"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/gocache"
+	"github.com/kiln-build/kiln/internal/golang"
+)
+
+// GoCacheResult is a published Go cache snapshot.
+type GoCacheResult struct {
+	Refs   []string `json:"refs"`
+	Digest string   `json:"digest"`
+}
+
+// goCacheRepo checks a snapshot repository (HOST[:PORT]/path) and says
+// whether it is reached over plain HTTP.
+func goCacheRepo(repo, flag string) (string, bool, error) {
+	repo = strings.TrimSuffix(repo, "/")
+	if !strings.Contains(repo, "/") {
+		return "", false, fmt.Errorf("%s=%s: give a repository, HOST[:PORT]/path (e.g. %s/antrea/gocache)", flag, repo, repo)
+	}
+	r, plainHTTP, err := buildkit.RegistryHost(repo, false)
+	if err != nil {
+		return "", false, fmt.Errorf("%s: %w", flag, err)
+	}
+	return r, plainHTTP, nil
+}
+
+// seedGoCache fetches the best snapshot for this build and makes the
+// package steps seed GOCACHE from it. Any failure is a warning: the build
+// goes on without the snapshot.
+func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string) {
+	repo, plainHTTP, err := goCacheRepo(repo, "-gocachefrom")
+	if err != nil {
+		logrus.Warnf("Go cache snapshot: %v; building without it", err)
+		return
+	}
+	cfg, _ := dockerconfig.Load(buildkit.DockerConfigDir())
+	creds := func(host string) (string, string, error) {
+		if cfg == nil {
+			return "", "", nil
+		}
+		a, err := cfg.GetAuthConfig(host)
+		if err != nil {
+			return "", "", err
+		}
+		if a.IdentityToken != "" {
+			return "", a.IdentityToken, nil
+		}
+		return a.Username, a.Password, nil
+	}
+	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.Plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: creds, Max: s.goCacheMax})
+	switch {
+	case errors.Is(err, gocache.ErrNotFound):
+		logrus.Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
+		return
+	case err != nil:
+		logrus.Warnf("Go cache snapshot rejected: %v; building without it (slower, never wrong)", err)
+		return
+	}
+	logrus.Infof("Go cache snapshot %s (%s): %d entries, %d MiB", snap.Ref, snap.Digest, snap.Entries, snap.Bytes>>20)
+	s.locals[golang.LocalGoCacheSnapshot] = snap.Dir
+	s.Golang.Seed(snap.Dir, snap.Digest)
+}
+
+// publishGoCache pushes the GOCACHE entries of this build's packages as a
+// one-layer image tagged with gocache.Tags.
+func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*GoCacheResult, error) {
+	repo, plainHTTP, err := goCacheRepo(repo, "-gocacheto")
+	if err != nil {
+		return nil, err
+	}
+	if max == 0 {
+		max = gocache.DefaultMax
+	}
+	var refs []string
+	for _, tag := range gocache.Tags(s.Plan) {
+		refs = append(refs, repo+":"+tag)
+	}
+	st := s.Golang.Snapshot(s.Plan.Binaries, s.Plan.Platforms, max)
+	attrs := s.ExporterAttrs(strings.Join(refs, ","))
+	attrs["push"] = "true"
+	if plainHTTP {
+		attrs["registry.insecure"] = "true"
+	}
+	job := buildkit.Job{
+		// Its layer cache carries the gocachesnap binary to other daemons.
+		Name: "gocache",
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			def, err := st.Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+		},
+		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
+	}
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions())
+	if err != nil {
+		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
+	}
+	return &GoCacheResult{Refs: refs, Digest: out.Results[0].Digest}, nil
+}
+
+// solveImages solves image jobs, then, when a layer cache is to be
+// exported, exports it once for all images from one job ("images"). Per-job
+// exports held the steps the images share (antctl, the package steps) under
+// several refs, and a daemon importing them all then reran some of those
+// steps now and then.
+func (s *Session) SolveImages(ctx context.Context, jobs []buildkit.Job) (*buildkit.Outcome, error) {
+	opts := s.solveOptions()
+	opts.CacheExports = nil
+	out, err := s.daemon.Solve(ctx, jobs, opts)
+	if err != nil || len(s.cacheTo) == 0 {
+		return out, err
+	}
+	cacheJob := buildkit.Job{
+		Name: "images",
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			all := gateway.NewResult()
+			var exp exptypes.Platforms
+			for _, img := range s.Plan.Images {
+				res, err := s.Build(img)(ctx, c)
+				if err != nil {
+					return nil, err
+				}
+				for _, target := range s.Plan.Platforms {
+					id := img.Name + "/" + config.FormatPlatform(target)
+					all.AddRef(id, res.Refs[config.FormatPlatform(target)])
+					exp.Platforms = append(exp.Platforms, exptypes.Platform{ID: id, Platform: target})
+				}
+			}
+			dt, err := json.Marshal(exp)
+			if err != nil {
+				return nil, err
+			}
+			all.AddMeta(exptypes.ExporterPlatformsKey, dt)
+			return all, nil
+		},
+		FrontendAttrs: map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")},
+	}
+	cached, err := s.daemon.Solve(ctx, []buildkit.Job{cacheJob}, s.solveOptions())
+	if err != nil {
+		return nil, fmt.Errorf("export the layer cache: %w", err)
+	}
+	out.Steps = mergeSteps(out.Steps, cached.Steps)
+	return out, nil
+}
+
+// mergeSteps adds the steps of a later solve that the first did not report.
+func mergeSteps(first, later buildkit.Steps) buildkit.Steps {
+	seen := map[string]bool{}
+	for _, st := range first {
+		seen[st.Name] = true
+	}
+	for _, st := range later {
+		if !seen[st.Name] {
+			first = append(first, st)
+		}
+	}
+	return first
+}

@@ -1,0 +1,161 @@
+package build_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	logtest "github.com/sirupsen/logrus/hooks/test"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/modfixture"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+)
+
+// compiledRE finds the packages go -x compiled (main packages compile as -p main).
+var compiledRE = regexp.MustCompile(`/compile -o \S+ .*?-p (\S+) `)
+
+func compiled(progress string) []string {
+	seen := map[string]bool{}
+	for _, m := range compiledRE.FindAllStringSubmatch(progress, -1) {
+		seen[m[1]] = true
+	}
+	return slices.Sorted(func(yield func(string) bool) {
+		for p := range seen {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+}
+
+func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
+	reg := testdaemon.StartRegistry(t)
+	repo := reg.Addr + "/kiln/gocache"
+	fixture := t.TempDir()
+	modfixture.Write(t, fixture, map[string]string{
+		"go.mod":        "module example.com/snap\n\ngo 1.26\n",
+		"cmd/a/main.go": "package main\n\nimport (\n\t\"os\"\n\n\t\"example.com/snap/x\"\n)\n\nfunc main() { os.Stdout.WriteString(x.Name() + \"\\n\") }\n",
+		"cmd/b/main.go": "package main\n\nimport (\n\t\"os\"\n\n\t\"example.com/snap/y\"\n)\n\nfunc main() { os.Stdout.WriteString(y.Name() + \"\\n\") }\n",
+		"x/x.go":        "package x\n\nimport (\n\t\"strings\"\n\n\t\"example.com/snap/y\"\n)\n\nfunc Name() string { return strings.ToUpper(\"x on \") + y.Name() }\n",
+		"y/y.go":        "package y\n\nimport \"strconv\"\n\nfunc Name() string { return \"y\" + strconv.Itoa(1) }\n",
+	})
+	opts := build.Options{Root: testdaemon.RepoRoot(t), Module: fixture, Packages: []string{"./cmd/a", "./cmd/b"},
+		Platforms: "linux/amd64", Progress: "plain", TraceCompiles: true}
+	run := func(t *testing.T, o build.Options) (*build.BinariesOutcome, string) {
+		t.Helper()
+		var progress bytes.Buffer
+		o.OutDir, o.ProgressOut = t.TempDir(), &progress
+		out, err := build.Binaries(context.Background(), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out, progress.String()
+	}
+
+	var published *build.GoCacheResult
+	t.Run("daemon A publishes", func(t *testing.T) {
+		testdaemon.Buildkit(t)
+		o := opts
+		o.GoCacheTo = repo
+		out, progress := run(t, o)
+		if out.GoCache == nil || len(out.GoCache.Refs) != 2 {
+			t.Fatalf("no snapshot published: %+v", out.GoCache)
+		}
+		if got := compiled(progress); !slices.Contains(got, "runtime") {
+			t.Fatalf("the cold build on A did not compile runtime? compiled %v", got)
+		}
+		published = out.GoCache
+	})
+	if published == nil {
+		t.FailNow()
+	}
+	tag := strings.TrimPrefix(published.Refs[0], repo+":")
+	_, _, body, err := reg.Manifest("kiln/gocache", tag)
+	if err != nil {
+		t.Fatalf("the snapshot is not in the registry: %v", err)
+	}
+	var manifest struct{ Layers []struct{ Digest string } }
+	if err := json.Unmarshal(body, &manifest); err != nil || len(manifest.Layers) != 1 {
+		t.Fatalf("snapshot manifest %s: %v", body, err)
+	}
+
+	// An edit to x: only x and its dependent main package may compile on B.
+	xfile := filepath.Join(fixture, "x", "x.go")
+	dt, _ := os.ReadFile(xfile)
+	os.WriteFile(xfile, bytes.Replace(dt, []byte("x on "), []byte("edited x on "), 1), 0o644)
+
+	t.Run("fresh daemon B compiles only the edited package", func(t *testing.T) {
+		testdaemon.Buildkit(t)
+		freshKilnCache(t) // no snapshot fetched before
+		o := opts
+		o.GoCacheFrom = repo
+		out, progress := run(t, o)
+		if got := compiled(progress); !slices.Equal(got, []string{"example.com/snap/x", "main"}) {
+			t.Errorf("daemon B compiled %v; want example.com/snap/x and its main package only", got)
+		}
+		if len(out.Ran("seed GOCACHE")) != 1 {
+			t.Errorf("the seed step did not run: %v", out.Steps)
+		}
+		got, err := exec.Command(filepath.Join(out.Dir, "linux_amd64", "a")).Output()
+		if err != nil || strings.TrimSpace(string(got)) != "EDITED X ON y1" {
+			t.Errorf("a printed %q (%v)", got, err)
+		}
+	})
+
+	t.Run("a corrupted snapshot is rejected and the build succeeds", func(t *testing.T) {
+		blob := reg.BlobPath(manifest.Layers[0].Digest)
+		data, err := os.ReadFile(blob)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[len(data)/2] ^= 0xff
+		if err := os.WriteFile(blob, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		testdaemon.Buildkit(t)
+		freshKilnCache(t)
+		hook := logtest.NewGlobal()
+		t.Cleanup(hook.Reset)
+		o := opts
+		o.GoCacheFrom = repo
+		out, progress := run(t, o)
+		var logs strings.Builder
+		for _, e := range hook.AllEntries() {
+			logs.WriteString(e.Level.String() + ": " + e.Message + "\n")
+		}
+		if !strings.Contains(logs.String(), "warning: Go cache snapshot rejected") || !strings.Contains(logs.String(), "does not match its digest") {
+			t.Errorf("no rejection was reported; kiln logged:\n%s", logs.String())
+		}
+		if len(out.Ran("seed")) != 0 || !slices.Contains(compiled(progress), "runtime") {
+			t.Error("the build used the corrupted snapshot")
+		}
+		got, err := exec.Command(filepath.Join(out.Dir, "linux_amd64", "a")).Output()
+		if err != nil || strings.TrimSpace(string(got)) != "EDITED X ON y1" {
+			t.Errorf("a printed %q (%v)", got, err)
+		}
+	})
+}
+
+// freshKilnCache gives the test an empty KILN_CACHE_DIR with the real
+// cache's toolchain and buildkitd linked in, so nothing is downloaded again.
+func freshKilnCache(t *testing.T) {
+	t.Helper()
+	real, err := buildkit.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, sub := range []string{"bin", "toolchain"} {
+		os.Symlink(filepath.Join(real, sub), filepath.Join(dir, sub))
+	}
+	t.Setenv("KILN_CACHE_DIR", dir)
+}

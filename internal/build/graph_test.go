@@ -1,0 +1,241 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moby/buildkit/solver/pb"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// testPlan resolves this repository's own configuration.
+func testPlan(t *testing.T, platforms string) *plan.Plan {
+	t.Helper()
+	p, err := Plan(Options{Root: "../..", Platforms: platforms})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+type step struct {
+	name string
+	op   *pb.Op
+}
+
+// steps marshals every image of the plan for every platform and returns
+// the ops, with their vertex names, of all definitions together.
+func steps(t *testing.T, p *plan.Plan) ([]step, [][]byte) {
+	t.Helper()
+	g := image.NewGraph(p, nil, nil)
+	var out []step
+	var raw [][]byte
+	for _, img := range p.Images {
+		for _, st := range g.States(img) {
+			def, err := st.Marshal(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dt := range def.Def {
+				raw = append(raw, dt)
+				var op pb.Op
+				if err := op.UnmarshalVT(dt); err != nil {
+					t.Fatal(err)
+				}
+				name := def.Metadata[digestOf(dt)].Description["llb.customname"]
+				out = append(out, step{name: name, op: &op})
+			}
+		}
+	}
+	return out, raw
+}
+
+func compileSteps(t *testing.T, all []step) []step {
+	var out []step
+	for _, s := range all {
+		if e := s.op.GetExec(); e != nil && (e.Meta.Args[1] == "build" || e.Meta.Args[1] == "list") {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no go build steps in the definition")
+	}
+	return out
+}
+
+func TestCompileStepsShareOneGoEnvironment(t *testing.T) {
+	p := testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7")
+	all, _ := steps(t, p)
+	var want []string
+	for _, s := range compileSteps(t, all) {
+		var env []string
+		for _, kv := range s.op.GetExec().Meta.Env {
+			switch k, _, _ := strings.Cut(kv, "="); k {
+			case "GOOS", "GOARCH", "GOARM":
+			default:
+				env = append(env, kv)
+			}
+		}
+		if !slices.Contains(env, "CGO_ENABLED=0") {
+			t.Errorf("%s: CGO_ENABLED=0 missing from %v", s.name, env)
+		}
+		env = append(env, buildFlags(s.op.GetExec().Meta.Args)...)
+		if want == nil {
+			want = env
+			continue
+		}
+		if !slices.Equal(env, want) {
+			t.Errorf("%s: Go environment differs:\n got %v\nwant %v", s.name, env, want)
+		}
+	}
+	if !slices.Contains(want, "-trimpath") || !slices.Contains(want, "-buildvcs=false") {
+		t.Errorf("build flags %v lack -trimpath or -buildvcs=false", want)
+	}
+}
+
+func TestCompileStepsTargetEachPlatformFromTheBuildPlatform(t *testing.T) {
+	p := testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7")
+	seen := map[string]bool{}
+	for _, s := range compileSteps(t, mustSteps(t, p)) {
+		if got := s.op.Platform; got.OS != p.BuildPlatform.OS || got.Architecture != p.BuildPlatform.Architecture {
+			t.Errorf("%s runs on %s/%s, want the build platform %s", s.name, got.OS, got.Architecture, config.FormatPlatform(p.BuildPlatform))
+		}
+		env := s.op.GetExec().Meta.Env
+		target := envValue(env, "GOOS") + "/" + envValue(env, "GOARCH")
+		if arm := envValue(env, "GOARM"); arm != "" {
+			target += "/v" + arm
+		}
+		if !strings.Contains(s.name, target+"]") && !strings.Contains(s.name, "["+target+"]") {
+			t.Errorf("%s: targets %s, which its name does not say", s.name, target)
+		}
+		seen[target] = true
+	}
+	for _, want := range []string{"linux/amd64", "linux/arm64", "linux/arm/v7"} {
+		if !seen[want] {
+			t.Errorf("no compile step targets %s", want)
+		}
+	}
+}
+
+func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
+	p := testPlan(t, "linux/amd64,linux/arm64")
+	for _, s := range compileSteps(t, mustSteps(t, p)) {
+		e := s.op.GetExec()
+		if e.Network != pb.NetMode_NONE {
+			t.Errorf("%s: network mode %v, want none", s.name, e.Network)
+		}
+		var caches []string
+		for _, m := range e.Mounts {
+			if m.MountType == pb.MountType_CACHE {
+				caches = append(caches, m.Dest+"="+m.CacheOpt.ID)
+				if m.CacheOpt.Sharing != pb.CacheSharingOpt_SHARED {
+					t.Errorf("%s: cache %s is not shared", s.name, m.CacheOpt.ID)
+				}
+			}
+		}
+		want := []string{"/root/.cache/go-build=" + p.Cache.GoCache}
+		if !slices.Equal(caches, want) {
+			t.Errorf("%s: cache mounts %v, want %v", s.name, caches, want)
+		}
+		if v := envValue(e.Meta.Env, "GOCACHE"); v != "/root/.cache/go-build" {
+			t.Errorf("%s: GOCACHE=%q does not point at the cache mount", s.name, v)
+		}
+	}
+}
+
+func TestCompileEnvironmentHoldsNothingOfTheHost(t *testing.T) {
+	t.Setenv("KILN_CANARY", "host-value-must-not-leak")
+	p := testPlan(t, "linux/amd64")
+	_, raw := steps(t, p)
+	for _, dt := range raw {
+		if bytes.Contains(dt, []byte("host-value-must-not-leak")) {
+			t.Fatal("a host environment variable reached the LLB definition")
+		}
+		if bytes.Contains(dt, []byte(p.Root)) {
+			t.Fatalf("the host path %s reached the LLB definition", p.Root)
+		}
+	}
+}
+
+func TestCompileEnvironmentIsExactlyKilns(t *testing.T) {
+	// The caller's module mode is honoured (issue 8); nothing else of GOFLAGS.
+	t.Setenv("GOFLAGS", "-tags=hostonly -mod=mod")
+	t.Setenv("GOAMD64", "v3")
+	p := testPlan(t, "linux/amd64,linux/arm/v7")
+	want := []string{"CGO_ENABLED", "GOARCH", "GOCACHE", "GOFLAGS", "GOMODCACHE", "GOOS", "GOPROXY", "GOSUMDB", "GOTOOLCHAIN", "HOME", "PATH"}
+	for _, s := range compileSteps(t, mustSteps(t, p)) {
+		var keys []string
+		for _, kv := range s.op.GetExec().Meta.Env {
+			k, _, _ := strings.Cut(kv, "=")
+			if k != "GOARM" {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		if !slices.Equal(keys, want) {
+			t.Errorf("%s: environment %v, want exactly %v", s.name, keys, want)
+		}
+		if v := envValue(s.op.GetExec().Meta.Env, "GOFLAGS"); v != "-mod=mod" {
+			t.Errorf("%s: GOFLAGS=%q, want the caller's module mode alone (-mod=mod)", s.name, v)
+		}
+	}
+}
+
+func TestMarshalIsDeterministic(t *testing.T) {
+	p := testPlan(t, "linux/amd64,linux/arm64")
+	_, first := steps(t, p)
+	for i := 0; i < 3; i++ {
+		_, again := steps(t, p)
+		if !slices.EqualFunc(first, again, bytes.Equal) {
+			t.Fatal("marshalling the same plan twice gave different bytes")
+		}
+	}
+}
+
+func TestEveryVertexIsNamed(t *testing.T) {
+	p := testPlan(t, "linux/amd64")
+	for _, s := range mustSteps(t, p) {
+		if s.op.GetSource() == nil && s.op.GetExec() == nil && s.op.GetFile() == nil {
+			continue
+		}
+		if s.name == "" {
+			t.Errorf("unnamed vertex: %v", s.op)
+		}
+	}
+}
+
+// buildFlags are the build flags after "go build" or "go list", up to the
+// output, the list flags or the packages.
+func buildFlags(args []string) []string {
+	var flags []string
+	for _, a := range args[2:] {
+		if a == "-o" || a == "-e" || !strings.HasPrefix(a, "-") {
+			break
+		}
+		flags = append(flags, a)
+	}
+	return flags
+}
+
+func mustSteps(t *testing.T, p *plan.Plan) []step {
+	s, _ := steps(t, p)
+	return s
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func digestOf(dt []byte) digest.Digest { return digest.FromBytes(dt) }

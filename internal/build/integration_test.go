@@ -1,0 +1,455 @@
+package build_test
+
+import (
+	"bytes"
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+	"github.com/kiln-build/kiln/internal/verify"
+)
+
+func TestImagesIntegration(t *testing.T) {
+	d := testdaemon.Buildkit(t)
+	root := testdaemon.RepoRoot(t)
+	ctx := context.Background()
+	opts := build.Options{Root: root, Platforms: "linux/amd64,linux/arm64", Progress: "quiet", OutDir: t.TempDir()}
+
+	outcome, err := build.Images(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := outcome.Images
+	if outcome.Checks == nil || outcome.Checks.Failed() != 0 || len(outcome.Checks.Checks) == 0 {
+		t.Errorf("the quick checks after the build did not pass: %+v", outcome.Checks)
+	}
+	if len(first) != 2 {
+		t.Fatalf("built %d images, want antrea-agent and antrea-controller", len(first))
+	}
+	wantBinaries := map[string][]string{
+		"antrea-agent":      {"antrea-agent", "antrea-cni", "antctl"},
+		"antrea-controller": {"antrea-controller", "antctl"},
+	}
+	for _, img := range first {
+		t.Run("inspect "+img.Name, func(t *testing.T) {
+			layout, err := verify.ReadLayout(img.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if layout.IndexDigest != img.Digest {
+				t.Errorf("index digest %s in the tarball, %s reported", layout.IndexDigest, img.Digest)
+			}
+			var plats []string
+			for _, m := range layout.Manifests {
+				plats = append(plats, m.Platform)
+			}
+			if strings.Join(plats, ",") != "linux/amd64,linux/arm64" {
+				t.Fatalf("index platforms %v, want linux/amd64 then linux/arm64", plats)
+			}
+			for _, m := range layout.Manifests {
+				if m.Config.Config.User != "65532:65532" {
+					t.Errorf("%s: user %q, want 65532:65532", m.Platform, m.Config.Config.User)
+				}
+				if tmp, _ := m.File("tmp"); tmp.Mode&0o7777 != 0o1777 {
+					t.Errorf("%s: /tmp mode %o, want 1777", m.Platform, tmp.Mode)
+				}
+				for _, l := range m.Layers {
+					for _, f := range l.Files {
+						if f.UID != 0 || f.GID != 0 {
+							t.Errorf("%s: %s owned by %d:%d, want root", m.Platform, f.Path, f.UID, f.GID)
+						}
+					}
+				}
+				for _, b := range wantBinaries[img.Name] {
+					f, ok := m.File("usr/local/bin/" + b)
+					if !ok {
+						t.Errorf("%s: %s missing", m.Platform, b)
+						continue
+					}
+					checkELF(t, m.Platform+" "+b, f.Data, m.Platform)
+				}
+			}
+			antctl, _ := layout.Manifests[0].File("usr/local/bin/antctl")
+			out := runBinary(t, antctl.Data, "version")
+			for _, want := range []string{"antctl version", "linux/amd64", "cgo=off", "go1.26.8"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("antctl version says %q, want %q in it", out, want)
+				}
+			}
+		})
+	}
+
+	t.Run("same digests from another checkout directory", func(t *testing.T) {
+		copyDir := t.TempDir()
+		testdaemon.CopyTree(t, root, copyDir)
+		o := opts
+		o.Root, o.OutDir = copyDir, t.TempDir()
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, first, again.Images)
+	})
+
+	t.Run("an edit to README.md rebuilds nothing", func(t *testing.T) {
+		o := editedCopy(t, opts, "README.md")
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran := again.Ran("go build"); len(ran) != 0 {
+			t.Errorf("compile steps ran: %v", ran)
+		}
+		if ran := again.Ran("compile packages"); len(ran) != 0 {
+			t.Errorf("package compiles ran: %v", ran)
+		}
+		sameDigests(t, first, again.Images)
+	})
+
+	t.Run("an edit to an agent-only package relinks only the agent, and explain says why", func(t *testing.T) {
+		o := editedCopy(t, opts, "")
+		if _, err := build.Images(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		testdaemon.AppendLine(t, filepath.Join(o.Root, "pkg/agent/agent.go"), "\nvar editedByATest = 1\n")
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build"}
+		ran := again.Ran("go build")
+		slices.Sort(ran)
+		if !slices.Equal(ran, want) {
+			t.Errorf("compile steps that ran: %v, want %v", ran, want)
+		}
+		if again.Images[1].Digest != first[1].Digest {
+			t.Errorf("antrea-controller changed: %s, was %s", again.Images[1].Digest, first[1].Digest)
+		}
+		var explained []string
+		for _, e := range again.Explanations {
+			if !e.Ran {
+				continue
+			}
+			explained = append(explained, e.Step)
+			if !slices.Equal(e.Causes, []string{"file pkg/agent/agent.go changed"}) {
+				t.Errorf("%s ran because %v, want the agent.go edit", e.Step, e.Causes)
+			}
+		}
+		slices.Sort(explained)
+		wantExplained := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build", "[linux/amd64] compile packages", "[linux/arm64] compile packages"}
+		if !slices.Equal(explained, wantExplained) {
+			t.Errorf("explained steps %v, want %v", explained, wantExplained)
+		}
+	})
+
+	t.Run("an edit to a file the agent embeds from a subdirectory relinks only the agent", func(t *testing.T) {
+		const embedded = "pkg/agent/config/defaults/antrea-agent.conf"
+		o := editedCopy(t, opts, "")
+		if _, err := build.Images(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		testdaemon.AppendLine(t, filepath.Join(o.Root, embedded), "# edited by a test\n")
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ran := again.Ran("go build")
+		slices.Sort(ran)
+		if want := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build"}; !slices.Equal(ran, want) {
+			t.Errorf("link steps that ran: %v, want %v", ran, want)
+		}
+		for _, e := range again.Explanations {
+			want := []string{"file " + embedded + " changed"}
+			if strings.HasSuffix(e.Step, "assemble image") {
+				want = []string{"binary antrea-agent changed"}
+			}
+			if e.Ran && !slices.Equal(e.Causes, want) {
+				t.Errorf("%s ran because %v, want %v", e.Step, e.Causes, want)
+			}
+		}
+		layout, err := verify.ReadLayout(again.Images[0].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		agent, _ := layout.Manifests[0].File("usr/local/bin/antrea-agent")
+		if out := runBinary(t, agent.Data, "-default-config"); !strings.Contains(out, "edited by a test") {
+			t.Errorf("the agent's embedded configuration is %q, want the edit in it", out)
+		}
+	})
+
+	t.Run("a budget one byte under the real size fails verify", func(t *testing.T) {
+		layout, err := verify.ReadLayout(first[0].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cni, _ := layout.Manifests[0].File("usr/local/bin/antrea-cni")
+		o := editedCopy(t, opts, "")
+		kiln := filepath.Join(o.Root, "build", "kiln.yaml")
+		data, _ := os.ReadFile(kiln)
+		data = []byte(strings.Replace(string(data), "antrea-cni: 3MiB", fmt.Sprintf("antrea-cni: %d", len(cni.Data)-1), 1))
+		os.WriteFile(kiln, data, 0o644)
+		report, err := build.Verify(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed []verify.Check
+		for _, c := range report.Checks {
+			if !c.OK {
+				failed = append(failed, c)
+			}
+		}
+		if len(failed) != 1 || failed[0].Check != "budget" || failed[0].Subject != "antrea-cni linux/amd64" {
+			t.Fatalf("failed checks %+v, want the amd64 antrea-cni budget alone", failed)
+		}
+		if !strings.Contains(failed[0].Detail, "exceeds the budget") || !strings.Contains(failed[0].Detail, "runtime") {
+			t.Errorf("budget failure does not name the size and the biggest contributors: %s", failed[0].Detail)
+		}
+	})
+
+	t.Run("repro diff locates planted nondeterminism", func(t *testing.T) {
+		a, err := verify.ReadLayout(first[1].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// A -X value that differs between builds: release stamping.
+		o := opts
+		o.OutDir, o.Stamp = t.TempDir(), true
+		stamped, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := verify.ReadLayout(stamped.Images[1].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report := diffText(verify.DiffLayouts("antrea-controller", a, b))
+		for _, want := range []string{"linux/amd64 file /usr/local/bin/antrea-controller", "ELF sections differ", ".rodata", "config config.Labels.org.opencontainers.image.version"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("diff does not mention %q:\n%s", want, report)
+			}
+		}
+		// Files with another mtime: a different source date.
+		t.Setenv("SOURCE_DATE_EPOCH", "1000000000")
+		o.Stamp, o.OutDir = false, t.TempDir()
+		dated, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := verify.ReadLayout(dated.Images[1].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		report = diffText(verify.DiffLayouts("antrea-controller", a, c))
+		for _, want := range []string{"file /etc/passwd: mtime", "2001-09-09T01:46:40Z", "config created"} {
+			if !strings.Contains(report, want) {
+				t.Errorf("diff does not mention %q:\n%s", want, report)
+			}
+		}
+	})
+
+	t.Run("verify:repro finds the real build reproducible", func(t *testing.T) {
+		o := opts
+		o.OutDir = t.TempDir()
+		out, err := build.Repro(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out.Differences) != 0 {
+			t.Errorf("the isolated rebuild differs:\n%s", diffText(out.Differences))
+		}
+		sameDigests(t, first, out.Second)
+	})
+
+	t.Run("same digests after a full prune", func(t *testing.T) {
+		if err := d.Prune(ctx, nil, client.PruneAll); err != nil {
+			t.Fatal(err)
+		}
+		usage, err := d.DiskUsage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range usage {
+			if u.RecordType == client.UsageRecordTypeCacheMount {
+				t.Fatalf("cache mount %s survived the full prune", u.ID)
+			}
+		}
+		o := opts
+		o.OutDir = t.TempDir()
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, first, again.Images)
+	})
+
+	t.Run("same digests when mage runs under another Go", func(t *testing.T) {
+		cmd := exec.Command("go", "run", "mage.go", "images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=go1.27.3", "GOFLAGS=")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("mage under go1.27.3: %v\n%s", err, out)
+		}
+		for _, img := range first {
+			if !strings.Contains(string(out), img.Ref+"\t"+img.Digest) {
+				t.Errorf("%s: digest %s not in the output of mage under go1.27.3:\n%s", img.Ref, img.Digest, out)
+			}
+		}
+	})
+
+	t.Run("binaries", func(t *testing.T) {
+		o := opts
+		o.Platforms = "linux/amd64,linux/arm/v7"
+		o.OutDir = t.TempDir()
+		out, err := build.Binaries(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := out.Dir
+		for _, plat := range []string{"linux_amd64", "linux_arm_v7"} {
+			for _, b := range []string{"antctl", "antrea-agent", "antrea-cni", "antrea-controller"} {
+				data, err := os.ReadFile(filepath.Join(dir, plat, b))
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkELF(t, plat+" "+b, data, strings.ReplaceAll(plat, "_", "/"))
+			}
+		}
+		cni := exec.Command(filepath.Join(dir, "linux_amd64", "antrea-cni"))
+		cni.Env = []string{"CNI_COMMAND=VERSION"}
+		if out, err := cni.Output(); err != nil || !strings.Contains(string(out), `"supportedVersions"`) {
+			t.Errorf("antrea-cni VERSION: %v %s", err, out)
+		}
+	})
+
+	t.Run("compile error shows that step's output only", func(t *testing.T) {
+		copyDir := t.TempDir()
+		testdaemon.CopyTree(t, root, copyDir)
+		bad := filepath.Join(copyDir, "pkg", "cni", "cni.go")
+		src, err := os.ReadFile(bad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(bad, append(src, []byte("\nfunc broken() { undefinedThing() }\n")...), 0o644)
+		out := filepath.Join(copyDir, "_output")
+		_, err = build.Binaries(ctx, build.Options{Root: copyDir, Platforms: "linux/amd64", Progress: "quiet", OutDir: out})
+		if err == nil {
+			t.Fatal("a broken package built")
+		}
+		msg := err.Error()
+		for _, want := range []string{"[antrea-cni linux/amd64] go build", "undefinedThing"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("error does not mention %q:\n%s", want, msg)
+			}
+		}
+		if strings.Contains(msg, "[antrea-agent") {
+			t.Errorf("error mentions other binaries:\n%s", msg)
+		}
+		if entries, _ := os.ReadDir(out); len(entries) != 0 {
+			t.Errorf("a failed build left outputs: %v", entries)
+		}
+	})
+}
+
+func TestUnreachableBuildkitHost(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	addr := "unix:///nonexistent/kiln-test/buildkitd.sock"
+	t.Setenv("BUILDKIT_HOST", addr)
+	out := t.TempDir()
+	_, err := build.Images(context.Background(), build.Options{Root: testdaemon.RepoRoot(t), Progress: "quiet", OutDir: out})
+	if err == nil {
+		t.Fatal("built without a daemon")
+	}
+	for _, want := range []string{addr, "BUILDKIT_HOST"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %q", err, want)
+		}
+	}
+	if entries, _ := os.ReadDir(out); len(entries) != 0 {
+		t.Errorf("outputs left behind: %v", entries)
+	}
+}
+
+// editedCopy copies the checkout and appends a line to one file of it
+// (none when file is empty).
+func editedCopy(t *testing.T, opts build.Options, file string) build.Options {
+	t.Helper()
+	dir := t.TempDir()
+	testdaemon.CopyTree(t, opts.Root, dir)
+	if file != "" {
+		line := "\n<!-- edited by a test -->\n"
+		if strings.HasSuffix(file, ".go") {
+			line = "\nvar editedByATest = 1\n"
+		}
+		testdaemon.AppendLine(t, filepath.Join(dir, file), line)
+	}
+	opts.Root, opts.OutDir = dir, t.TempDir()
+	return opts
+}
+
+func diffText(diffs []verify.Difference) string {
+	var lines []string
+	for _, d := range diffs {
+		lines = append(lines, d.String())
+	}
+	return strings.Join(lines, "\n")
+}
+
+func sameDigests(t *testing.T, want, got []build.ImageResult) {
+	t.Helper()
+	if len(want) != len(got) {
+		t.Fatalf("%d images, then %d", len(want), len(got))
+	}
+	for i := range want {
+		if want[i].Digest != got[i].Digest {
+			t.Errorf("%s: digest %s, then %s", want[i].Name, want[i].Digest, got[i].Digest)
+		}
+	}
+}
+
+var machines = map[string]elf.Machine{"linux/amd64": elf.EM_X86_64, "linux/arm64": elf.EM_AARCH64, "linux/arm/v7": elf.EM_ARM}
+
+// checkELF asserts the binary targets the platform and is statically linked.
+func checkELF(t *testing.T, what string, data []byte, platform string) {
+	t.Helper()
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		t.Errorf("%s: not an ELF: %v", what, err)
+		return
+	}
+	if want := machines[platform]; f.Machine != want {
+		t.Errorf("%s: ELF machine %v, want %v", what, f.Machine, want)
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s: has an ELF interpreter: dynamically linked", what)
+		}
+	}
+}
+
+func runBinary(t *testing.T, data []byte, args ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(path, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", path, args, err, out)
+	}
+	return string(out)
+}
+
+// copyTree copies a checkout, .git included, without build outputs.

@@ -1,0 +1,86 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/verify"
+)
+
+// reproCache is the Go build cache id of the isolated second build; it is
+// emptied before and after, so that build shares nothing with the first.
+const reproCache = "kiln-repro-gocache"
+
+// ReproOutcome is the result of building one commit twice.
+type ReproOutcome struct {
+	First, Second []ImageResult
+	Differences   []verify.Difference
+}
+
+// Repro builds every image twice, the second time in isolation (every step
+// re-run, an empty Go build cache), and compares the two down to files and
+// ELF sections. Nothing is written under _output.
+func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
+	s, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	tmp, err := os.MkdirTemp("", "kiln-repro-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+
+	first := opts
+	first.OutDir, first.SkipChecks = filepath.Join(tmp, "first"), true
+	a, err := s.images(ctx, first)
+	if err != nil {
+		return nil, fmt.Errorf("first build: %w", err)
+	}
+
+	if err := s.pruneReproCache(ctx); err != nil {
+		return nil, err
+	}
+	defer s.pruneReproCache(context.WithoutCancel(ctx))
+	isolated := *s.Plan
+	isolated.Cache.GoCache = reproCache
+	second := &Session{Graph: image.NewGraphFrom(&isolated, s.Golang.Context, s.Golang.Toolchain, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
+	second.NoCache = true
+	opts2 := opts
+	opts2.OutDir, opts2.SkipChecks = filepath.Join(tmp, "second"), true
+	b, err := second.images(ctx, opts2)
+	if err != nil {
+		return nil, fmt.Errorf("second, isolated build: %w", err)
+	}
+
+	out := &ReproOutcome{First: a.Images, Second: b.Images}
+	for i := range a.Images {
+		if a.Images[i].Digest == b.Images[i].Digest {
+			continue
+		}
+		la, err := verify.ReadLayout(a.Images[i].Path)
+		if err != nil {
+			return nil, err
+		}
+		lb, err := verify.ReadLayout(b.Images[i].Path)
+		if err != nil {
+			return nil, err
+		}
+		out.Differences = append(out.Differences, verify.DiffLayouts(a.Images[i].Name, la, lb)...)
+	}
+	return out, nil
+}
+
+func (s *Session) pruneReproCache(ctx context.Context) error {
+	filter := client.WithFilter([]string{"type==" + string(client.UsageRecordTypeCacheMount) + ",description~=" + reproCache})
+	if err := s.daemon.Prune(ctx, nil, filter, client.PruneAll); err != nil {
+		return fmt.Errorf("empty the isolated Go cache on %s: %w", s.daemon.Address, err)
+	}
+	return nil
+}

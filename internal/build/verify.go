@@ -1,0 +1,171 @@
+package build
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/verify"
+)
+
+// Doctor loads the configuration and returns every cache-drift finding.
+func Doctor(opts Options) ([]config.Finding, error) {
+	root, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(root)
+	if err != nil {
+		return nil, err
+	}
+	return cfg.Drift(), nil
+}
+
+// imagePath is where Images writes an image.
+func imagePath(opts Options, p *plan.Plan, name string) string {
+	return filepath.Join(opts.OutDirFor(p.Root), "images", name+".oci.tar")
+}
+
+// Verify runs the checks on what the last `mage images` produced, building
+// first when nothing is there: cache drift, static linking of every binary
+// in every image, and size budgets with what grew.
+func Verify(ctx context.Context, opts Options) (*verify.Report, error) {
+	report := &verify.Report{}
+	findings, err := Doctor(opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range findings {
+		report.Add(verify.Check{Check: "drift", Subject: f.Field, Detail: f.Problem + "; fix: " + f.Fix})
+	}
+	if len(findings) > 0 {
+		return report, nil // nothing can be built until the drift is fixed
+	}
+	report.Add(verify.Check{Check: "drift", Subject: config.File, OK: true, Detail: "one Go environment for every binary"})
+
+	p, err := Plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, img := range p.Images {
+		if _, err := os.Stat(imagePath(opts, p, img.Name)); errors.Is(err, os.ErrNotExist) {
+			missing = append(missing, img.Name)
+		}
+	}
+	switch {
+	case len(missing) == len(p.Images):
+		logrus.Warn("no images under _output/images: building them first")
+		if _, err := Images(ctx, opts); err != nil {
+			return nil, err
+		}
+	case len(missing) > 0:
+		return nil, fmt.Errorf("%s missing from %s: build them with `mage images`", strings.Join(missing, ", "), filepath.Join(opts.OutDirFor(p.Root), "images"))
+	}
+	layouts, binaries, err := readImages(opts, p)
+	if err != nil {
+		return nil, err
+	}
+	verify.StaticChecks(report, layouts, binaries)
+	verify.ImageChecks(report, layouts)
+
+	if len(p.Budgets) > 0 {
+		sizes, err := Size(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		for i := range sizes.Entries {
+			e := &sizes.Entries[i]
+			if e.Budget > 0 {
+				report.Add(verify.BudgetCheck(e.Binary, e.Platform, e.Size, e.Budget, e))
+			}
+		}
+	}
+	return report, nil
+}
+
+func readImages(opts Options, p *plan.Plan) (map[string]*verify.Layout, map[string][]string, error) {
+	layouts := map[string]*verify.Layout{}
+	binaries := map[string][]string{}
+	for _, img := range p.Images {
+		l, err := verify.ReadLayout(imagePath(opts, p, img.Name))
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w; rebuild it with `mage images`", err)
+		}
+		layouts[img.Name] = l
+		binaries[img.Name] = img.Binaries
+	}
+	return layouts, binaries, nil
+}
+
+// quickChecksOnce runs quickChecks unless these exact images (by digest,
+// with these budgets) passed them before: a no-op build stays fast.
+func quickChecksOnce(opts Options, p *plan.Plan, images []ImageResult) (*verify.Report, error) {
+	var key strings.Builder
+	for _, img := range images {
+		fmt.Fprintf(&key, "%s %s\n", img.Name, img.Digest)
+	}
+	for _, b := range slices.Sorted(maps.Keys(p.Budgets)) {
+		fmt.Fprintf(&key, "budget %s %d\n", b, p.Budgets[b])
+	}
+	marker := filepath.Join(opts.OutDirFor(p.Root), "images", ".checked")
+	if prev, err := os.ReadFile(marker); err == nil && string(prev) == key.String() {
+		return &verify.Report{}, nil
+	}
+	report, err := quickChecks(opts, p)
+	if err != nil {
+		return nil, err
+	}
+	if report.Failed() == 0 {
+		if err := writeAtomic(marker, func(f *os.File) error { _, err := f.WriteString(key.String()); return err }); err != nil {
+			return nil, err
+		}
+	}
+	return report, nil
+}
+
+// quickChecks are the cheap checks `mage images` runs after a build: static
+// linking and budgets on the shipped file sizes.
+func quickChecks(opts Options, p *plan.Plan) (*verify.Report, error) {
+	layouts, binaries, err := readImages(opts, p)
+	if err != nil {
+		return nil, err
+	}
+	report := &verify.Report{}
+	verify.StaticChecks(report, layouts, binaries)
+	verify.ImageChecks(report, layouts)
+	seen := map[string]bool{}
+	for _, name := range p.PlatformIDs() {
+		for _, img := range p.Images {
+			for _, m := range layouts[img.Name].Manifests {
+				if m.Platform != name {
+					continue
+				}
+				for _, b := range img.Binaries {
+					budget, ok := p.Budgets[b]
+					if !ok || seen[b+" "+name] {
+						continue
+					}
+					seen[b+" "+name] = true
+					if f, ok := m.File("usr/local/bin/" + b); ok {
+						c := verify.BudgetCheck(b, name, int64(len(f.Data)), budget, nil)
+						if !c.OK {
+							c.Detail += "; `mage size` shows what grew"
+						}
+						report.Add(c)
+					}
+				}
+			}
+		}
+	}
+	return report, nil
+}

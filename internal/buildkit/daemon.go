@@ -1,0 +1,383 @@
+// Package buildkit owns the solve stage: it finds or starts a BuildKit daemon,
+// solves the LLB graph on it with progress, and exports the results without
+// leaving partial files behind.
+package buildkit
+
+import (
+	"bytes"
+	_ "embed"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/moby/buildkit/client"
+	"github.com/sirupsen/logrus"
+)
+
+// Version is the buildkitd kiln manages; tools/buildkitd.mod pins the same.
+const Version = "v0.34.2"
+
+// The module that builds buildkitd travels inside kiln, so a repository that
+// imports kiln's targets needs no copy of it. It is named .mod, not go.mod:
+// a go.mod would make the folder a module of its own, out of embed's reach.
+//
+//go:embed tools/buildkitd.mod
+var toolsGoMod []byte
+
+//go:embed tools/buildkitd.sum
+var toolsGoSum []byte
+
+// defaultConfig configures the managed daemon when the project has no
+// build/buildkitd.toml of its own.
+//
+//go:embed tools/buildkitd.toml
+var defaultConfig []byte
+
+// Managed describes the local buildkitd kiln starts when BUILDKIT_HOST is unset.
+type Managed struct {
+	// Dir holds the daemon's state, socket, pid file, log and lock.
+	Dir string
+	// BinDir caches the buildkitd binary, built from kiln's embedded tools module.
+	BinDir string
+	// Config is the project's build/buildkitd.toml, else kiln's default
+	// written under Dir.
+	Config string
+}
+
+// DefaultManaged places the managed daemon under the user cache dir,
+// configured by projectRoot's build/buildkitd.toml when there is one.
+func DefaultManaged(projectRoot string) (*Managed, error) {
+	cache, err := CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	return &Managed{
+		Dir:    filepath.Join(cache, "buildkit"),
+		BinDir: filepath.Join(cache, "bin"),
+		Config: ProjectConfig(projectRoot),
+	}, nil
+}
+
+// ProjectConfig is projectRoot's build/buildkitd.toml, or "" when it has none.
+func ProjectConfig(projectRoot string) string {
+	path := filepath.Join(projectRoot, "build", "buildkitd.toml")
+	if _, err := os.Stat(path); err != nil {
+		return ""
+	}
+	return path
+}
+
+// ConfigFile returns the daemon's configuration file, writing kiln's default
+// under Dir when the project has none.
+func (m *Managed) ConfigFile() (string, error) {
+	if m.Config != "" {
+		return m.Config, nil
+	}
+	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
+		return "", err
+	}
+	path := filepath.Join(m.Dir, "buildkitd.toml")
+	if err := os.WriteFile(path, defaultConfig, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// CacheDir is kiln's directory under the user cache dir (KILN_CACHE_DIR overrides).
+func CacheDir() (string, error) {
+	if d := os.Getenv("KILN_CACHE_DIR"); d != "" {
+		return filepath.Abs(d)
+	}
+	d, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("find the user cache dir (set KILN_CACHE_DIR): %w", err)
+	}
+	return filepath.Join(d, "kiln"), nil
+}
+
+func (m *Managed) socket() string  { return filepath.Join(m.Dir, "buildkitd.sock") }
+func (m *Managed) pidFile() string { return filepath.Join(m.Dir, "buildkitd.pid") }
+
+// LogFile is where the managed daemon writes its log.
+func (m *Managed) LogFile() string { return filepath.Join(m.Dir, "buildkitd.log") }
+
+// Address is the managed daemon's BUILDKIT_HOST-style address.
+func (m *Managed) Address() string { return "unix://" + m.socket() }
+
+// Binary is the path of the cached buildkitd binary.
+func (m *Managed) Binary() string { return filepath.Join(m.BinDir, "buildkitd-"+Version) }
+
+// Ensure returns a client of a running managed daemon, starting it when
+// needed. A file lock makes concurrent callers start one daemon.
+func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
+	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(m.Dir, "lock"))
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
+	if c, err := m.connect(ctx, 2*time.Second); err == nil {
+		return c, nil
+	}
+	if err := ensureRunc(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.EnsureBinary(ctx); err != nil {
+		return nil, err
+	}
+	if err := m.start(); err != nil {
+		return nil, err
+	}
+	c, err := m.connect(ctx, 60*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("managed buildkitd did not answer on %s: %w\n%s", m.Address(), err, tail(m.LogFile(), 20))
+	}
+	return c, nil
+}
+
+// connect dials the socket and waits until the daemon answers.
+func (m *Managed) connect(ctx context.Context, wait time.Duration) (*client.Client, error) {
+	deadline := time.Now().Add(wait)
+	var lastErr error
+	for {
+		if _, err := os.Stat(m.socket()); err == nil {
+			c, err := client.New(ctx, m.Address())
+			if err == nil {
+				pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				_, err = c.ListWorkers(pingCtx)
+				cancel()
+				if err == nil {
+					return c, nil
+				}
+				c.Close()
+			}
+			lastErr = err
+		} else {
+			lastErr = err
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, lastErr
+		}
+		if pid, ok := m.PID(); ok && !alive(pid) && time.Since(deadline.Add(-wait)) > time.Second {
+			return nil, fmt.Errorf("buildkitd (pid %d) exited", pid)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// PID returns the pid from the pid file.
+func (m *Managed) PID() (int, bool) {
+	b, err := os.ReadFile(m.pidFile())
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil && pid > 0
+}
+
+// Running reports whether the managed daemon's process is alive.
+func (m *Managed) Running() (int, bool) {
+	pid, ok := m.PID()
+	return pid, ok && alive(pid)
+}
+
+// alive reports whether pid runs. A zombie is dead: the daemon stays one
+// when the process that started it is still running and never reaps it.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z'
+	}
+	return true
+}
+
+// EnsureBinary builds buildkitd from kiln's tools module into the cache once. A
+// lock in the cache makes concurrent callers (daemons with other state
+// dirs, parallel test packages) build it once.
+func (m *Managed) EnsureBinary(ctx context.Context) error {
+	if _, err := os.Stat(m.Binary()); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(m.BinDir, 0o755); err != nil {
+		return err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(m.BinDir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	if _, err := os.Stat(m.Binary()); err == nil {
+		return nil // built while we waited
+	}
+	logrus.Infof("building buildkitd %s into %s (once; about two minutes)", Version, m.BinDir)
+	tools, err := os.MkdirTemp(m.BinDir, "tools-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tools)
+	if err := os.WriteFile(filepath.Join(tools, "go.mod"), toolsGoMod, 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(tools, "go.sum"), toolsGoSum, 0o644); err != nil {
+		return err
+	}
+	tmp := m.Binary() + ".tmp"
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
+	cmd.Dir = tools
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("build buildkitd %s: %w\n%s", Version, err, out)
+	}
+	return os.Rename(tmp, m.Binary())
+}
+
+// start launches buildkitd detached, so it outlives this invocation.
+func (m *Managed) start() error {
+	if pid, ok := m.Running(); ok {
+		// A daemon that holds the pid file but does not answer is wedged.
+		logrus.Warnf("buildkitd (pid %d) does not answer; restarting it", pid)
+		m.kill(pid)
+	}
+	os.Remove(m.socket())
+	config, err := m.ConfigFile()
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(m.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	args := []string{
+		"--root", filepath.Join(m.Dir, "state"),
+		"--addr", m.Address(),
+		"--config", config,
+		"--oci-worker=true",
+		"--containerd-worker=false",
+	}
+	cmd := exec.Command(m.Binary(), args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", m.Binary(), err)
+	}
+	logrus.Infof("started buildkitd %s (pid %d) on %s; log: %s", Version, cmd.Process.Pid, m.Address(), m.LogFile())
+	if err := os.WriteFile(m.pidFile(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
+		return err
+	}
+	return cmd.Process.Release()
+}
+
+// Stop terminates the managed daemon and waits for it to exit.
+func (m *Managed) Stop(ctx context.Context) (bool, error) {
+	pid, ok := m.Running()
+	if !ok {
+		os.Remove(m.pidFile())
+		return false, nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return false, fmt.Errorf("stop buildkitd (pid %d): %w", pid, err)
+	}
+	for i := 0; i < 100 && alive(pid); i++ {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if alive(pid) {
+		m.kill(pid)
+	}
+	os.Remove(m.pidFile())
+	return true, nil
+}
+
+func (m *Managed) kill(pid int) {
+	syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 50 && alive(pid); i++ {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// lockFile takes an exclusive flock, waiting for other kiln processes.
+func lockFile(ctx context.Context, path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Seams for tests of the runc check.
+var (
+	lookPath = exec.LookPath
+	geteuid  = os.Geteuid
+)
+
+// ensureRunc finds runc, installing Debian's package when kiln may.
+func ensureRunc(ctx context.Context) error {
+	if _, err := lookPath("runc"); err == nil {
+		return nil
+	}
+	const remedy = "install it: apt-get install -y runc (Debian/Ubuntu), or put a runc binary on PATH"
+	_, debian := os.Stat("/etc/debian_version")
+	if geteuid() != 0 || debian != nil {
+		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; %s", remedy)
+	}
+	logrus.Warn("runc not found in PATH; installing the Debian package runc (apt-get install -y runc)")
+	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "runc"}} {
+		cmd := exec.CommandContext(ctx, "apt-get", args...)
+		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("apt-get %s failed: %w\n%s\nrunc is still missing; %s", strings.Join(args, " "), err, out, remedy)
+		}
+	}
+	if _, err := lookPath("runc"); err != nil {
+		return fmt.Errorf("runc not found in PATH after installing it; %s", remedy)
+	}
+	return nil
+}
+
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "buildkitd log (" + path + "):\n" + string(bytes.Join(lines, []byte("\n")))
+}

@@ -1,0 +1,83 @@
+package buildkit_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+)
+
+// TestManagedDaemonStartsOnce starts the managed daemon from two callers at
+// once: one daemon comes up, both get a working client, Stop ends it.
+func TestManagedDaemonStartsOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: starts buildkitd")
+	}
+	m, err := buildkit.DefaultManaged(testdaemon.RepoRoot(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "kiln-bk-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	m.Dir = dir
+	ctx := context.Background()
+	defer m.Stop(ctx)
+
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := m.Ensure(ctx)
+			if err == nil {
+				_, err = c.ListWorkers(ctx)
+				c.Close()
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			testdaemon.Unavailable(t, "cannot start buildkitd: %v", err)
+		}
+	}
+	log, err := os.ReadFile(m.LogFile())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, running := m.Running()
+	if !running {
+		t.Fatal("managed daemon is not running after Ensure")
+	}
+	// Each start appends to the log; two starts would leave two lines.
+	if n := strings.Count(string(log), "running server on"); n != 1 {
+		t.Errorf("daemon started %d times, want once:\n%s", n, log)
+	}
+	stopped, err := m.Stop(ctx)
+	if err != nil || !stopped {
+		t.Fatalf("Stop: %v %v", stopped, err)
+	}
+	if _, running := m.Running(); running {
+		t.Errorf("pid %d still running after Stop", pid)
+	}
+}
+
+func TestUnreachableAddressIsNamed(t *testing.T) {
+	addr := "unix:///nonexistent/kiln/buildkitd.sock"
+	_, err := buildkit.Dial(context.Background(), addr)
+	if err == nil {
+		t.Fatal("dialled a socket that does not exist")
+	}
+	if !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "BUILDKIT_HOST") {
+		t.Errorf("error %q does not name the address and the remedy", err)
+	}
+}

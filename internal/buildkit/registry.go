@@ -1,0 +1,129 @@
+package buildkit
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/distribution/reference"
+	dockerconfig "github.com/docker/cli/cli/config"
+	"github.com/moby/buildkit/client"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	bksession "github.com/moby/buildkit/session"
+	"github.com/moby/buildkit/session/auth/authprovider"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/internal/config"
+)
+
+// RegistryEnv names the registry to push to when no flag does.
+const RegistryEnv = "REGISTRY"
+
+// RegistryHost validates a registry and says whether it may use plain HTTP.
+func RegistryHost(registry string, insecure bool) (string, bool, error) {
+	if registry == "" {
+		registry = os.Getenv(RegistryEnv)
+	}
+	registry = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(registry, "https://"), "http://"), "/")
+	if registry == "" {
+		return "", false, fmt.Errorf("no registry: pass -registry=HOST[:PORT] or set %s", RegistryEnv)
+	}
+	if _, err := reference.ParseNormalizedNamed(registry + "/x"); err != nil {
+		return "", false, fmt.Errorf("registry %q: %w", registry, err)
+	}
+	host := strings.SplitN(registry, "/", 2)[0]
+	hostname := host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		hostname = h
+	}
+	loopback := hostname == "localhost"
+	if ip := net.ParseIP(hostname); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	return registry, loopback || insecure, nil
+}
+
+// DockerConfigDir is DOCKER_CONFIG, else ~/.docker, read at every call:
+// the docker/cli package caches it for the life of the process.
+func DockerConfigDir() string {
+	if dir := os.Getenv("DOCKER_CONFIG"); dir != "" {
+		return dir
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".docker")
+}
+
+// DockerConfigPath is where credentials are read from, for error messages.
+func DockerConfigPath() string {
+	return filepath.Join(DockerConfigDir(), dockerconfig.ConfigFileName)
+}
+
+// AuthSession gives BuildKit the Docker config's credentials, on demand:
+// they never enter the LLB definition, the logs or an image.
+func AuthSession() []bksession.Attachable {
+	cfg, err := dockerconfig.Load(DockerConfigDir())
+	if err != nil {
+		logrus.Warnf("read %s: %v; pushing without credentials", DockerConfigPath(), err)
+	}
+	return []bksession.Attachable{authprovider.NewDockerAuthProvider(authprovider.DockerAuthProviderConfig{
+		AuthConfigProvider: authprovider.LoadAuthConfig(cfg),
+	})}
+}
+
+// CacheImports are the layer caches the client asked for: a gateway build
+// must pass them on to each solve itself, as the Dockerfile frontend does.
+func CacheImports(c gateway.Client) []gateway.CacheOptionsEntry {
+	var entries []gateway.CacheOptionsEntry
+	if dt := c.BuildOpts().Opts["cache-imports"]; dt != "" {
+		json.Unmarshal([]byte(dt), &entries) // written by the client library from our own options
+	}
+	return entries
+}
+
+// JobCacheImports imports the layer caches of every kind of job (exports
+// are tagged per job kind: images, binaries, gocache).
+func JobCacheImports(imports []client.CacheOptionsEntry) []client.CacheOptionsEntry {
+	var out []client.CacheOptionsEntry
+	for _, e := range imports {
+		ref := e.Attrs["ref"]
+		if e.Type != "registry" || ref == "" {
+			out = append(out, e)
+			continue
+		}
+		names := []string{"binaries", "images", "gocache"}
+		for _, n := range names {
+			attrs := map[string]string{}
+			for k, v := range e.Attrs {
+				attrs[k] = v
+			}
+			attrs["ref"] = JobCacheRef(ref, n)
+			out = append(out, client.CacheOptionsEntry{Type: e.Type, Attrs: attrs})
+		}
+	}
+	return out
+}
+
+// CacheEntries parses a layer cache from the flag, else the configuration.
+// A registry on loopback is reached over plain HTTP, as for pushes.
+func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, error) {
+	value, source := flag, name
+	if value == "" {
+		value, source = configured, config.File+" cache"
+	}
+	if value == "" {
+		return nil, nil
+	}
+	spec, err := config.ParseCache(value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if ref := spec.Attrs["ref"]; ref != "" {
+		if _, plainHTTP, err := RegistryHost(strings.SplitN(ref, "/", 2)[0], false); err == nil && plainHTTP {
+			spec.Attrs["registry.insecure"] = "true"
+		}
+	}
+	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
+}

@@ -1,0 +1,63 @@
+// Package cli holds what kiln's mage targets share: flag values to engine
+// options, quiet-unless-verbose logging, and exit codes. It owns no stage.
+package cli
+
+import (
+	"context"
+	"os"
+	"strings"
+
+	"github.com/magefile/mage/mg"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/publish"
+)
+
+// Logging is quiet unless mage runs with -v.
+func Logging() {
+	logrus.SetOutput(os.Stderr)
+	logrus.SetLevel(logrus.WarnLevel)
+	if mg.Verbose() {
+		logrus.SetLevel(logrus.InfoLevel)
+	}
+}
+
+// Interrupted gives an error the exit code 130 when Ctrl-C (or mage -t)
+// cancelled the target, as shells expect of an interrupted command.
+func Interrupted(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil {
+		return mg.Fatalf(130, "interrupted: %v", err)
+	}
+	return err
+}
+
+// Str is a string flag's value, "" when it was not given.
+func Str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// Bool is a boolean flag's value, false when it was not given.
+func Bool(p *bool) bool { return p != nil && *p }
+
+// List splits a comma-separated flag; nil when it was not given.
+func List(p *string) []string {
+	if p == nil || *p == "" {
+		return nil
+	}
+	return strings.Split(*p, ",")
+}
+
+// Options are the build options every building target shares.
+func Options(platforms *string, stamp *bool, progress *string) build.Options {
+	Logging()
+	return build.Options{Platforms: Str(platforms), Stamp: Bool(stamp), Progress: Str(progress)}
+}
+
+// LoadOptions say where images:load and images:smoke find containerd.
+func LoadOptions(address, namespace *string) publish.LoadOptions {
+	return publish.LoadOptions{Address: Str(address), Namespace: Str(namespace)}
+}

@@ -1,0 +1,166 @@
+// Package explain owns the cache report: it records what each build step
+// depended on, and after a build tells which steps ran and which input
+// change made each of them run.
+package explain
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// Inputs maps a step name to its inputs, each a name and a digest.
+type Inputs map[string]map[string]string
+
+// Record is what one build leaves behind for the next one to compare with.
+type Record struct {
+	Inputs Inputs         `json:"inputs"`
+	Steps  buildkit.Steps `json:"steps"`
+}
+
+// Collect computes the inputs of every compile and image step of a plan.
+// The names match the vertex names the LLB stage gives those steps; defs maps
+// those names to the digests of their LLB definitions, so a change in how
+// kiln builds a step is named too.
+func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
+	in := Inputs{}
+	hashes := map[string]string{}
+	hash := func(rel string) (string, error) {
+		if h, ok := hashes[rel]; ok {
+			return h, nil
+		}
+		data, err := os.ReadFile(filepath.Join(p.Root, rel))
+		if err != nil {
+			return "", err
+		}
+		h := short(data)
+		hashes[rel] = h
+		return h, nil
+	}
+	shared := map[string]string{
+		"toolchain": p.Toolchain.SHA256[:12],
+		"stamp":     short([]byte(strings.Join([]string{p.Stamp.Version, p.Stamp.Commit, p.Stamp.TreeState}, " "))),
+		"flags":     short([]byte(strings.Join(append(append([]string{}, p.GoEnv.Env...), p.GoEnv.BuildArgs...), " "))),
+		"modules":   short([]byte(strings.Join(p.Modules, " "))),
+	}
+	for _, target := range p.Platforms {
+		plat := config.FormatPlatform(target)
+		all := map[string]string{"platform": plat}
+		for _, b := range p.Binaries {
+			step := map[string]string{"platform": plat}
+			maps.Copy(step, shared)
+			for _, f := range b.Files {
+				h, err := hash(f)
+				if err != nil {
+					return nil, err
+				}
+				step["file "+f] = h
+				all["file "+f] = h
+			}
+			in[fmt.Sprintf("[%s %s] go build", b.Name, plat)] = step
+		}
+		maps.Copy(all, shared)
+		in[fmt.Sprintf("[%s] compile packages", plat)] = all
+		for _, img := range p.Images {
+			step := map[string]string{"created": fmt.Sprint(p.SourceDateEpoch)}
+			cfg, _ := json.Marshal(img.Image)
+			step["image.yaml"] = short(cfg)
+			for _, b := range img.Binaries {
+				step["binary "+b] = short([]byte(fmt.Sprint(in[fmt.Sprintf("[%s %s] go build", b, plat)])))
+			}
+			in[fmt.Sprintf("[%s %s] assemble image", img.Name, plat)] = step
+		}
+	}
+	for name, step := range in {
+		if d, ok := defs[name]; ok {
+			step["step definition"] = d
+		}
+	}
+	return in, nil
+}
+
+func short(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:6])
+}
+
+// Explanation is one step of a build with why it ran.
+type Explanation struct {
+	Step   string   `json:"step"`
+	Ran    bool     `json:"ran"`
+	Causes []string `json:"causes,omitempty"`
+}
+
+// Explain compares a build's record with the previous one.
+func Explain(now Record, prev *Record) []Explanation {
+	var out []Explanation
+	for _, st := range now.Steps {
+		inputs, tracked := now.Inputs[st.Name]
+		if !tracked {
+			continue
+		}
+		e := Explanation{Step: st.Name, Ran: !st.Cached}
+		if e.Ran {
+			e.Causes = causes(inputs, prev, st.Name)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func causes(now map[string]string, prev *Record, step string) []string {
+	if prev == nil {
+		return []string{"no earlier build recorded"}
+	}
+	before, ok := prev.Inputs[step]
+	if !ok {
+		return []string{"new step"}
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(now)) {
+		old, had := before[k]
+		switch {
+		case !had:
+			out = append(out, k+" added")
+		case old != now[k]:
+			out = append(out, k+" changed")
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(before)) {
+		if _, ok := now[k]; !ok {
+			out = append(out, k+" removed")
+		}
+	}
+	if len(out) == 0 {
+		return []string{"inputs unchanged: the daemon had no cached result (pruned, or another daemon)"}
+	}
+	return out
+}
+
+// Write prints the explanations: reused steps in one line, each step that
+// ran with its causes.
+func Write(w io.Writer, ex []Explanation) {
+	reused := 0
+	for _, e := range ex {
+		if !e.Ran {
+			reused++
+		}
+	}
+	fmt.Fprintf(w, "%d of %d tracked steps reused\n", reused, len(ex))
+	for _, e := range ex {
+		if e.Ran {
+			fmt.Fprintf(w, "ran  %s\n     because: %s\n", e.Step, strings.Join(e.Causes, ", "))
+		}
+	}
+}

@@ -1,0 +1,347 @@
+package golang
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/moby/buildkit/client/llb"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// Local source names the solve must map to directories on the client.
+const (
+	LocalContext   = "context"
+	LocalToolchain = "go-toolchain"
+	LocalCACerts   = "ca-certificates"
+	// CABundle is the file of LocalCACerts the download step trusts.
+	CABundle = "ca-certificates.crt"
+)
+
+// Paths inside every Go step. They are fixed so that no host path reaches a
+// cache key or an output.
+const (
+	goroot     = "/usr/local/go"
+	srcDir     = "/src"
+	outDir     = "/out"
+	goCache    = "/root/.cache/go-build"
+	goModCache = "/go/pkg/mod"
+	caDir      = "/etc/ssl/certs"
+)
+
+// ContextExcludes are never sent to BuildKit, on top of .dockerignore.
+var ContextExcludes = []string{".git", "_output"}
+
+// LocalID names the machine and directory a local source comes from, so the
+// daemon can reuse a previous transfer. It is stable (the definition must
+// marshal to the same bytes every time) and reaches no output: steps that use
+// a local source are keyed on its content.
+func LocalID(dir string) llb.ConstraintsOpt {
+	host, _ := os.Hostname()
+	return llb.LocalUniqueID(digest.FromString(host + "\x00" + dir).Encoded()[:24])
+}
+
+// Context is the repository as a local source, .dockerignore applied.
+func Context(root string, excludes []string) llb.State {
+	return llb.Local(LocalContext,
+		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), excludes...)),
+		llb.SharedKeyHint("kiln-context"),
+		LocalID(root),
+		llb.WithCustomName("[context] load build context"))
+}
+
+// Toolchain is the pinned toolchain directory, sent from the client after
+// FetchToolchain verified it. What no build of a program needs is left out:
+// tests, docs, the sources of the go command and compiler (their binaries
+// are prebuilt), and the tools only go vet, go fix and go test -cover run.
+// That is 105 of 240 MB, which a fresh daemon no longer has to receive.
+func Toolchain(tc plan.Toolchain) llb.State {
+	return llb.Local(LocalToolchain,
+		LocalID("go-toolchain"),
+		llb.ExcludePatterns([]string{"test", "api", "doc", "misc", "**/testdata", "**/*_test.go", "src/cmd",
+			"pkg/tool/*/fix", "pkg/tool/*/vet", "pkg/tool/*/cover", "pkg/tool/*/preprofile"}),
+		llb.SharedKeyHint("go-toolchain-"+tc.SHA256),
+		llb.WithCustomNamef("[go] toolchain go%s", tc.GoVersion))
+}
+
+// Graph holds the shared inputs of every Go step.
+type Graph struct {
+	Plan      *plan.Plan
+	Context   llb.State
+	Toolchain llb.State
+	// Modules is the module cache the compile steps read: the output of the
+	// download step, or empty when the binaries import the standard library
+	// only or use vendor/.
+	Modules llb.State
+	// Fetch is how the download step reaches modules.
+	Fetch *Fetch
+	// TraceCompiles runs the package steps with -x, so their output shows
+	// every package that was compiled rather than found in GOCACHE.
+	TraceCompiles bool
+	// seeded, when set, is the step that seeded GOCACHE from a snapshot;
+	// the package steps wait for it.
+	seeded *llb.State
+}
+
+// NewGraph wires the toolchain, the context and the module download step.
+// A nil fetch downloads with network and go's defaults.
+func NewGraph(p *plan.Plan, context, toolchain llb.State, fetch *Fetch) *Graph {
+	if fetch == nil {
+		fetch = &Fetch{}
+	}
+	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch}
+	if len(p.Modules) > 0 {
+		g.Modules = g.downloadModules()
+	}
+	return g
+}
+
+// base is the empty root filesystem every Go step runs in, on the build platform.
+func (g *Graph) base() llb.State {
+	return llb.Scratch().Platform(g.Plan.BuildPlatform)
+}
+
+// goModFiles is the go.mod, go.sum and go.work files alone: the only
+// repository inputs of the download step.
+func (g *Graph) goModFiles() llb.State {
+	return llb.Scratch().File(
+		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
+			CopyDirContentsOnly: true,
+			IncludePatterns:     escapePatterns(g.Plan.ModFiles),
+			AllowEmptyWildcard:  true,
+		}), llb.WithCustomName("[go] go.mod and go.sum"))
+}
+
+// fetchBase is the root filesystem of the download step: git and ssh when
+// modules may come straight from their repositories, else empty.
+func (g *Graph) fetchBase() llb.State {
+	if g.Fetch.Tools == "" {
+		return g.base()
+	}
+	return llb.Local(LocalVCSTools, LocalID(LocalVCSTools), llb.SharedKeyHint(LocalVCSTools),
+		llb.WithCustomName("[go] git and ssh")).Platform(g.Plan.BuildPlatform)
+}
+
+// downloadModules fetches the binaries' modules with network into the
+// persistent module cache, then copies them offline (GOPROXY=file://) into
+// a layer of their own, so compiles see exactly the verified modules even
+// if the cache mount is pruned later.
+func (g *Graph) downloadModules() llb.State {
+	mods := g.goModFiles()
+	args := append([]string{goroot + "/bin/go", "mod", "download"}, g.Plan.Modules...)
+	gowork := "off"
+	if g.Plan.Workspace {
+		gowork = plan.WorkFile
+	}
+	common := []llb.RunOption{
+		llb.Args(args),
+		llb.Dir(srcDir),
+		llb.AddEnv("HOME", "/root"),
+		llb.AddEnv("GOTOOLCHAIN", "local"),
+		llb.AddEnv("CGO_ENABLED", "0"),
+		llb.AddEnv("GOWORK", gowork),
+		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
+		llb.AddMount(srcDir, mods, llb.Readonly),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+	}
+	certs := llb.Local(LocalCACerts, llb.IncludePatterns([]string{CABundle}), llb.SharedKeyHint("ca-certificates"), LocalID(LocalCACerts),
+		llb.WithCustomName("[go] CA certificates"))
+	network := llb.NetModeSandbox
+	if g.Fetch.Offline {
+		network = llb.NetModeNone
+	}
+	fetch := []llb.RunOption{
+		llb.AddEnv("PATH", goroot+"/bin:/usr/bin:/bin"),
+		llb.AddEnv("GOMODCACHE", goModCache),
+		llb.AddEnv("SSL_CERT_FILE", caDir+"/"+CABundle),
+		llb.AddMount(caDir, certs, llb.Readonly),
+		llb.AddMount(goModCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared)),
+		llb.Network(network),
+		llb.WithCustomName("[go] go mod download"),
+	}
+	for _, sec := range fetchSecrets {
+		fetch = append(fetch, llb.AddSecret(sec.dest, llb.SecretID(sec.id), llb.SecretOptional, llb.SecretFileOpt(0, 0, 0o400)))
+	}
+	if g.Fetch.Direct {
+		fetch = append(fetch,
+			llb.AddSSHSocket(llb.SSHID("default"), llb.SSHSocketTarget(sshAgentSocket), llb.SSHOptional),
+			llb.AddEnv("SSH_AUTH_SOCK", sshAgentSocket))
+	}
+	for _, p := range g.Fetch.Proxies {
+		dir := llb.Local(p.Local, LocalID(p.Dir), llb.SharedKeyHint(p.Local), llb.WithCustomNamef("[go] GOPROXY directory %s", p.Mount))
+		fetch = append(fetch, llb.AddMount(p.Mount, dir, llb.Readonly))
+	}
+	for _, kv := range g.Fetch.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		fetch = append(fetch, llb.AddEnv(k, v))
+	}
+	fetched := g.fetchBase().Run(append(append([]llb.RunOption{}, common...), fetch...)...)
+
+	const cached = "/cache/mod"
+	layer := g.base().Run(append(append([]llb.RunOption{}, common...),
+		llb.AddEnv("GOMODCACHE", goModCache),
+		llb.AddEnv("GOPROXY", "file://"+cached+"/cache/download"),
+		llb.AddEnv("GOSUMDB", "off"),
+		llb.AddEnv("GOFLAGS", "-modcacherw"),
+		llb.AddEnv("PATH", goroot+"/bin"),
+		// Depend on the fetch step, then read the cache it filled.
+		llb.AddMount("/fetched", fetched.Root(), llb.Readonly),
+		llb.AddMount(cached, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared), llb.Readonly),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName("[go] module layer"),
+	)...)
+	return layer.AddMount(goModCache, llb.Scratch())
+}
+
+// Sources is one binary's source files alone, so an edit elsewhere in the
+// repository does not change its compile step's cache key.
+func (g *Graph) Sources(b plan.Binary) llb.State {
+	return llb.Scratch().File(
+		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
+			CopyDirContentsOnly: true,
+			IncludePatterns:     escapePatterns(b.Files),
+			AllowEmptyWildcard:  true,
+		}), llb.WithCustomNamef("[%s] sources", b.Name))
+}
+
+// Env is the complete environment of a compile step for one platform: the
+// plan's one Go environment plus GOOS/GOARCH/GOARM. Nothing of the host's.
+func Env(p *plan.Plan, target ocispec.Platform) []string {
+	env := []string{
+		"PATH=" + goroot + "/bin",
+		"HOME=/root",
+		"GOCACHE=" + goCache,
+		"GOMODCACHE=" + goModCache,
+	}
+	env = append(env, p.GoEnv.Env...)
+	env = append(env, "GOOS="+target.OS, "GOARCH="+target.Architecture)
+	if goarm := config.GOARM(target); goarm != "" {
+		env = append(env, "GOARM="+goarm)
+	}
+	return env
+}
+
+// Prepare compiles the packages of all the given binaries for one target
+// platform in one go process, filling GOCACHE. Separate go processes do not
+// share work in flight: without this step, every per-binary compile would
+// build the same standard library packages side by side. It is `go list
+// -export`, which runs the same compile actions as `go build` but tolerates
+// errors (-e), so a compile error surfaces in the failing binary's own step.
+// Its output is an empty directory, so the steps that wait for it are keyed
+// on its (constant) content and stay cached when an edit touched only other
+// binaries.
+func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
+	args, union := g.prepareArgs(bins)
+	if g.TraceCompiles {
+		args = append(args[:2], append([]string{"-x"}, args[2:]...)...)
+	}
+	var extra []llb.RunOption
+	if g.seeded != nil {
+		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
+	}
+	run := g.GoCommand(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)), extra...)
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+// prepareArgs is the go list command that compiles the binaries' packages,
+// and the binary whose files are the union of theirs.
+func (g *Graph) prepareArgs(bins []plan.Binary) ([]string, plan.Binary) {
+	files := map[string]bool{}
+	var pkgs []string
+	for _, b := range bins {
+		pkgs = append(pkgs, b.Package)
+		for _, f := range b.Files {
+			files[f] = true
+		}
+	}
+	union := plan.Binary{Name: "all binaries", Files: sortedKeys(files)}
+	args := append([]string{goroot + "/bin/go", "list"}, g.Plan.GoEnv.BuildArgs...)
+	args = append(args, "-e", "-export", "-deps", "-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}")
+	return append(args, pkgs...), union
+}
+
+// Compile links one binary for one target platform on the build platform,
+// without network, after prepared (the Prepare step of that platform) has
+// compiled its packages. The result holds the binary at /<name>.
+func (g *Graph) Compile(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
+	return g.link(b, src, prepared, target, g.Plan.GoEnv.BuildArgs, "go build")
+}
+
+// CompileWithSymbols is Compile keeping the symbol table (no -s -w), for size
+// reports. Only the link differs, so the compiled packages come from GOCACHE.
+func (g *Graph) CompileWithSymbols(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
+	return g.link(b, src, prepared, target, withSymbols(g.Plan.GoEnv.BuildArgs), "go build with symbols")
+}
+
+func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Platform, flags []string, step string) llb.State {
+	args := append([]string{goroot + "/bin/go", "build"}, flags...)
+	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
+	run := g.GoCommand(args, src, target, fmt.Sprintf("[%s %s] %s", b.Name, config.FormatPlatform(target), step),
+		llb.AddMount("/kiln/prepared", prepared, llb.Readonly))
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+// withSymbols drops -s and -w from the -ldflags argument.
+func withSymbols(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if ld, ok := strings.CutPrefix(a, "-ldflags="); ok {
+			var kept []string
+			for _, f := range strings.Fields(ld) {
+				if f != "-s" && f != "-w" {
+					kept = append(kept, f)
+				}
+			}
+			a = "-ldflags=" + strings.Join(kept, " ")
+		}
+		out[i] = a
+	}
+	return out
+}
+
+// GoCommand is a go command on the build platform for one target platform:
+// the toolchain, sources, modules and build cache mounted, no network, and
+// the environment of Env only. Every compile step is one.
+func (g *Graph) GoCommand(args []string, src llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
+	opts := []llb.RunOption{
+		llb.Args(args),
+		llb.Dir(srcDir),
+		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
+		llb.AddMount(srcDir, src, llb.Readonly),
+		llb.AddMount(goModCache, g.Modules, llb.Readonly),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName(name),
+	}
+	for _, kv := range Env(g.Plan, target) {
+		k, v, _ := strings.Cut(kv, "=")
+		opts = append(opts, llb.AddEnv(k, v))
+	}
+	return g.base().Run(append(opts, extra...)...)
+}
+
+func sortedKeys(m map[string]bool) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// escapePatterns quotes the pattern characters of literal file names.
+func escapePatterns(files []string) []string {
+	out := make([]string, len(files))
+	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
+	for i, f := range files {
+		out[i] = r.Replace(f)
+	}
+	return out
+}

@@ -1,0 +1,98 @@
+package golang
+
+import (
+	_ "embed"
+	"encoding/json"
+
+	"github.com/moby/buildkit/client/llb"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// LocalGoCacheSnapshot is the local source of a verified Go cache snapshot.
+const LocalGoCacheSnapshot = "gocache-snapshot"
+
+//go:embed gocachesnap/main.go
+var gocachesnapSource []byte
+
+// cacheTool builds gocachesnap for the build platform with the pinned
+// toolchain, in a GOCACHE of its own so that it adds nothing to the build's.
+func (g *Graph) cacheTool() llb.State {
+	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, gocachesnapSource), llb.WithCustomName("[go cache] gocachesnap source"))
+	run := g.base().Run(
+		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", outDir + "/gocachesnap", "main.go"}),
+		llb.Dir(srcDir),
+		llb.AddEnv("PATH", goroot+"/bin"),
+		llb.AddEnv("HOME", "/root"),
+		llb.AddEnv("GOCACHE", "/tmp/gocache"),
+		llb.AddEnv("CGO_ENABLED", "0"),
+		llb.AddEnv("GOTOOLCHAIN", "local"),
+		llb.AddEnv("GOWORK", "off"),
+		llb.AddEnv("GOPROXY", "off"),
+		llb.AddEnv("GOOS", g.Plan.BuildPlatform.OS),
+		llb.AddEnv("GOARCH", g.Plan.BuildPlatform.Architecture),
+		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
+		llb.AddMount(srcDir, src, llb.Readonly),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName("[go cache] build gocachesnap"),
+	)
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+type snapshotRun struct {
+	Env  []string `json:"env"`
+	Args []string `json:"args"`
+}
+
+// Snapshot is a directory of the GOCACHE entries (<xx>/<id>-a action and
+// <xx>/<id>-d output files) of every package the binaries build for the
+// targets: the same go list as Prepare, with GODEBUG=gocachehash=1 naming
+// each action. Packages missing from GOCACHE are compiled first. It fails
+// when the entries pass max bytes.
+func (g *Graph) Snapshot(bins []plan.Binary, targets []ocispec.Platform, max int64) llb.State {
+	args, union := g.prepareArgs(bins)
+	spec := struct {
+		GoCache string        `json:"gocache"`
+		Max     int64         `json:"max"`
+		Runs    []snapshotRun `json:"runs"`
+	}{GoCache: goCache, Max: max}
+	for _, target := range targets {
+		spec.Runs = append(spec.Runs, snapshotRun{Env: Env(g.Plan, target), Args: args})
+	}
+	dt, _ := json.Marshal(spec) // plain strings and numbers
+	specDir := llb.Scratch().File(llb.Mkfile("/spec.json", 0o644, dt), llb.WithCustomName("[go cache] snapshot spec"))
+	run := g.base().Run(
+		llb.Args([]string{"/kiln/bin/gocachesnap", "snapshot", "/kiln/spec/spec.json", outDir}),
+		llb.Dir(srcDir),
+		llb.AddMount("/kiln/bin", g.cacheTool(), llb.Readonly),
+		llb.AddMount("/kiln/spec", specDir, llb.Readonly),
+		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
+		llb.AddMount(srcDir, g.Sources(union), llb.Readonly),
+		llb.AddMount(goModCache, g.Modules, llb.Readonly),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName("[go cache] snapshot"),
+	)
+	return run.AddMount(outDir, llb.Scratch())
+}
+
+// Seed makes every package step first add the entries of a verified
+// snapshot (the local source LocalGoCacheSnapshot, from dir) that GOCACHE
+// lacks. Call it before asking for any compile step.
+func (g *Graph) Seed(dir, digest string) {
+	snap := llb.Local(LocalGoCacheSnapshot, LocalID(dir), llb.SharedKeyHint(LocalGoCacheSnapshot),
+		llb.WithCustomNamef("[go cache] snapshot %s", digest))
+	run := g.base().Run(
+		llb.Args([]string{"/kiln/bin/gocachesnap", "seed", "/kiln/snapshot", goCache}),
+		llb.AddMount("/kiln/bin", g.cacheTool(), llb.Readonly),
+		llb.AddMount("/kiln/snapshot", snap, llb.Readonly),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName("[go cache] seed GOCACHE from the snapshot"),
+	)
+	seeded := run.AddMount(outDir, llb.Scratch())
+	g.seeded = &seeded
+}

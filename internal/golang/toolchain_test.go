@@ -1,0 +1,119 @@
+package golang
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// fakeProxy serves a small toolchain module zip, as the Go module proxy would.
+func fakeProxy(t *testing.T, module string) (url, sum string) {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	prefix := "golang.org/toolchain@" + module + "/"
+	for name, content := range map[string]string{"bin/go": "#!fake go", "pkg/tool/linux_amd64/compile": "fake", "src/fmt/print.go": "package fmt"} {
+		w, err := zw.Create(prefix + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte(content))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.Sum256(buf.Bytes())
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/golang.org/toolchain/@v/"+module+".zip" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Write(buf.Bytes())
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, hex.EncodeToString(h[:])
+}
+
+func TestFetchToolchainVerifiesThePin(t *testing.T) {
+	tc := plan.Toolchain{GoVersion: "1.26.8", Module: "v0.0.1-go1.26.8.linux-amd64"}
+	url, sum := fakeProxy(t, tc.Module)
+	t.Setenv("GOPROXY", url+",direct")
+	t.Setenv("GOFLAGS", "")
+
+	t.Run("mismatch", func(t *testing.T) {
+		bad := tc
+		bad.SHA256 = strings.Repeat("0", 64)
+		cache := t.TempDir()
+		_, err := FetchToolchain(context.Background(), bad, cache)
+		if err == nil {
+			t.Fatal("a toolchain with the wrong hash was accepted")
+		}
+		for _, want := range []string{"build/kiln.yaml", "toolchain.sha256", sum, bad.SHA256} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not mention %q", err, want)
+			}
+		}
+		if entries, _ := os.ReadDir(filepath.Join(cache, "toolchain")); len(entries) != 0 {
+			t.Errorf("a rejected toolchain left files behind: %v", entries)
+		}
+	})
+	t.Run("match", func(t *testing.T) {
+		good := tc
+		good.SHA256 = sum
+		dir, err := FetchToolchain(context.Background(), good, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for path, mode := range map[string]os.FileMode{"bin/go": 0o755, "pkg/tool/linux_amd64/compile": 0o755, "src/fmt/print.go": 0o644} {
+			fi, err := os.Stat(filepath.Join(dir, path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Mode().Perm() != mode {
+				t.Errorf("%s: mode %v, want %v", path, fi.Mode().Perm(), mode)
+			}
+		}
+	})
+	t.Run("file:// proxy directory", func(t *testing.T) {
+		resp, err := http.Get(url + "/golang.org/toolchain/@v/" + tc.Module + ".zip")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var zipData bytes.Buffer
+		zipData.ReadFrom(resp.Body)
+		resp.Body.Close()
+		dir := t.TempDir()
+		v := filepath.Join(dir, "golang.org", "toolchain", "@v")
+		os.MkdirAll(v, 0o755)
+		os.WriteFile(filepath.Join(v, tc.Module+".zip"), zipData.Bytes(), 0o644)
+		t.Setenv("GOPROXY", "file://"+dir)
+		good := tc
+		good.SHA256 = sum
+		got, err := FetchToolchain(context.Background(), good, t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(got, "bin", "go")); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("unreachable proxy", func(t *testing.T) {
+		t.Setenv("GOPROXY", "http://127.0.0.1:1")
+		bad := tc
+		bad.SHA256 = sum
+		_, err := FetchToolchain(context.Background(), bad, t.TempDir())
+		if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
+			t.Errorf("error does not name the proxy: %v", err)
+		}
+	})
+}

@@ -1,0 +1,231 @@
+package image
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"sync"
+
+	"github.com/moby/buildkit/client/llb"
+	"github.com/moby/buildkit/exporter/containerimage/exptypes"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	gatewaypb "github.com/moby/buildkit/frontend/gateway/pb"
+	"github.com/moby/buildkit/solver/result"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// graph is the LLB graph of a plan: compile steps shared by every image
+// that carries the binary, and one root filesystem per image and platform.
+type Graph struct {
+	Plan   *plan.Plan
+	Golang *golang.Graph
+	// NoCache marshals every vertex with IgnoreCache (reproducibility checks).
+	NoCache bool
+	// SBOM attaches an SPDX SBOM of each platform's binaries (releases).
+	SBOM bool
+
+	mu       sync.Mutex
+	binaries map[string]llb.State // by "name platform symbols"
+	prepared map[string]llb.State // by platform
+}
+
+func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
+	return NewGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain), fetch)
+}
+
+// newGraphFrom builds a graph on given context and toolchain sources.
+func NewGraphFrom(p *plan.Plan, context, toolchain llb.State, fetch *golang.Fetch) *Graph {
+	return &Graph{
+		Plan:     p,
+		Golang:   golang.NewGraph(p, context, toolchain, fetch),
+		binaries: map[string]llb.State{},
+		prepared: map[string]llb.State{},
+	}
+}
+
+// binary returns the compile step of one binary for one platform, once.
+func (s *Graph) Binary(name string, target ocispec.Platform) llb.State {
+	return s.link(name, target, false)
+}
+
+// binaryWithSymbols is binary keeping the symbol table, for size reports.
+func (s *Graph) BinaryWithSymbols(name string, target ocispec.Platform) llb.State {
+	return s.link(name, target, true)
+}
+
+func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	platform := config.FormatPlatform(target)
+	key := fmt.Sprintf("%s %s %t", name, platform, symbols)
+	if st, ok := s.binaries[key]; ok {
+		return st
+	}
+	prepared, ok := s.prepared[platform]
+	if !ok {
+		prepared = s.Golang.Prepare(s.Plan.Binaries, target)
+		s.prepared[platform] = prepared
+	}
+	b := s.Plan.Binary(name)
+	var st llb.State
+	if symbols {
+		st = s.Golang.CompileWithSymbols(*b, s.Golang.Sources(*b), prepared, target)
+	} else {
+		st = s.Golang.Compile(*b, s.Golang.Sources(*b), prepared, target)
+	}
+	s.binaries[key] = st
+	return st
+}
+
+// imageStates returns each platform's root filesystem of one image, in plan order.
+func (s *Graph) States(img plan.Image) []llb.State {
+	states := make([]llb.State, len(s.Plan.Platforms))
+	for i, target := range s.Plan.Platforms {
+		bins := map[string]llb.State{}
+		for _, b := range img.Binaries {
+			bins[b] = s.Binary(b, target)
+		}
+		states[i] = Rootfs(img, target, bins, s.Golang.Context, s.Plan.Created())
+	}
+	return states
+}
+
+// imageBuild is the gateway build of one multi-platform image: one ref per
+// platform plus the platforms metadata, as the Dockerfile frontend returns.
+func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
+	states := s.States(img)
+	return func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+		res := gateway.NewResult()
+		var mu sync.Mutex
+		eg, ctx := errgroup.WithContext(ctx)
+		for i, target := range s.Plan.Platforms {
+			id := config.FormatPlatform(target)
+			eg.Go(func() error {
+				var marshal []llb.ConstraintsOpt
+				if s.NoCache {
+					marshal = append(marshal, llb.IgnoreCache)
+				}
+				def, err := states[i].Marshal(ctx, marshal...)
+				if err != nil {
+					return err
+				}
+				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c)})
+				if err != nil {
+					return err
+				}
+				ref, err := r.SingleRef()
+				if err != nil {
+					return err
+				}
+				cfg, err := json.Marshal(Config(s.Plan, img, target))
+				if err != nil {
+					return err
+				}
+				var att *result.Attestation[gateway.Reference]
+				if s.SBOM {
+					if att, err = s.sbomAttestation(ctx, c, img, target, ref); err != nil {
+						return err
+					}
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				res.AddRef(id, ref)
+				res.AddMeta(exptypes.ExporterImageConfigKey+"/"+id, cfg)
+				if att != nil {
+					res.AddAttestation(id, *att)
+				}
+				return nil
+			})
+		}
+		if err := eg.Wait(); err != nil {
+			return nil, err
+		}
+		exp := exptypes.Platforms{}
+		for _, target := range s.Plan.Platforms {
+			exp.Platforms = append(exp.Platforms, exptypes.Platform{ID: config.FormatPlatform(target), Platform: target})
+		}
+		dt, err := json.Marshal(exp)
+		if err != nil {
+			return nil, err
+		}
+		res.AddMeta(exptypes.ExporterPlatformsKey, dt)
+		return res, nil
+	}
+}
+
+// sbomAttestation reads the binaries back from the built image and
+// attaches their SBOM as an in-toto attestation of that platform.
+func (s *Graph) sbomAttestation(ctx context.Context, c gateway.Client, img plan.Image, target ocispec.Platform, ref gateway.Reference) (*result.Attestation[gateway.Reference], error) {
+	bins := map[string][]byte{}
+	for _, b := range img.Binaries {
+		data, err := ref.ReadFile(ctx, gateway.ReadRequest{Filename: BinDir + "/" + b})
+		if err != nil {
+			return nil, fmt.Errorf("read %s back for the SBOM: %w", b, err)
+		}
+		bins[b] = data
+	}
+	doc, err := SBOM(img.Name, config.FormatPlatform(target), s.Plan.Stamp.Version, s.Plan.Created(), bins)
+	if err != nil {
+		return nil, err
+	}
+	const path = "/sbom.spdx.json"
+	st := llb.Scratch().File(llb.Mkfile(path, 0o644, doc, llb.WithCreatedTime(s.Plan.Created())),
+		llb.WithCustomNamef("[%s %s] SBOM", img.Name, config.FormatPlatform(target)))
+	def, err := st.Marshal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+	if err != nil {
+		return nil, err
+	}
+	sref, err := r.SingleRef()
+	if err != nil {
+		return nil, err
+	}
+	return &result.Attestation[gateway.Reference]{
+		Kind:   gatewaypb.AttestationKind_InToto,
+		Ref:    sref,
+		Path:   path,
+		InToto: result.InTotoAttestation{PredicateType: SPDXPredicateType},
+	}, nil
+}
+
+// exporterAttrs make the export reproducible: layer timestamps rewritten to
+// the source date, OCI media types.
+func (s *Graph) ExporterAttrs(name string) map[string]string {
+	return map[string]string{
+		"name":                                  name,
+		string(exptypes.OptKeyOCITypes):         "true",
+		string(exptypes.OptKeyRewriteTimestamp): "true",
+		"source-date-epoch":                     strconv.FormatInt(s.Plan.SourceDateEpoch, 10),
+	}
+}
+
+// definitions returns the digest of each named vertex of every image.
+func (g *Graph) Definitions() (map[string]string, error) {
+	defs := map[string]string{}
+	for _, img := range g.Plan.Images {
+		for _, st := range g.States(img) {
+			def, err := st.Marshal(context.Background())
+			if err != nil {
+				return nil, err
+			}
+			for _, dt := range def.Def {
+				dg := digest.FromBytes(dt)
+				if name := def.Metadata[dg].Description["llb.customname"]; name != "" {
+					defs[name] = dg.Encoded()[:12]
+				}
+			}
+		}
+	}
+	return defs, nil
+}

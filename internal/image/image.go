@@ -1,0 +1,118 @@
+// Package image owns image assembly: the root filesystem of one image for one
+// platform (scratch, a generated user database, /tmp and the binaries) and
+// its OCI image config.
+package image
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/buildkit/client/llb"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/plan"
+)
+
+// BinDir is where binaries go in every image.
+const BinDir = "/usr/local/bin"
+
+// Rootfs assembles the image for one platform. binaries maps a binary name
+// to the state holding it at /<name>; context holds the image folder files.
+func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.State, context llb.State, created time.Time) llb.State {
+	root := 0
+	owner := llb.WithUIDGID(root, root)
+	stamp := llb.WithCreatedTime(created)
+	name := func(step string) llb.ConstraintsOpt {
+		return llb.WithCustomNamef("[%s %s] %s", img.Name, config.FormatPlatform(target), step)
+	}
+	passwd, group := userDatabase(img.User)
+
+	// A 1777 directory needs a copy with a mode string: mkdir masks its mode.
+	emptyDir := llb.Scratch().File(llb.Mkdir("/d", 0o755, stamp), name("empty dir"))
+	fa := llb.Mkdir("/etc", 0o755, owner, stamp).
+		Mkfile("/etc/passwd", 0o644, passwd, owner, stamp).
+		Mkfile("/etc/group", 0o644, group, owner, stamp).
+		Copy(emptyDir, "/d", "/tmp", &llb.CopyInfo{Mode: &llb.ChmodOpt{ModeStr: "1777"}, ChownOpt: ownerOpt(), CreatedTime: &created}).
+		Mkdir(BinDir, 0o755, llb.WithParents(true), owner, stamp)
+	for _, b := range img.Binaries {
+		fa = fa.Copy(binaries[b], "/"+b, BinDir+"/"+b, &llb.CopyInfo{
+			Mode: &llb.ChmodOpt{Mode: 0o755}, ChownOpt: ownerOpt(), CreatedTime: &created,
+		})
+	}
+	for _, f := range img.Files {
+		mode, _ := strconv.ParseUint(f.Mode, 8, 32) // validated by config
+		fa = fa.Copy(context, img.Dir+"/"+f.Src, f.Dest, &llb.CopyInfo{
+			Mode: &llb.ChmodOpt{Mode: os.FileMode(mode)}, ChownOpt: ownerOpt(), CreatedTime: &created, CreateDestPath: true,
+		})
+	}
+	return llb.Scratch().Platform(target).File(fa, name("assemble image"), llb.ProgressGroup(img.Name, "image "+img.Name, false))
+}
+
+func ownerOpt() *llb.ChownOpt {
+	return &llb.ChownOpt{User: &llb.UserOpt{UID: 0}, Group: &llb.UserOpt{UID: 0}}
+}
+
+// userDatabase writes root and the image's user, so tools that look up the
+// current user find a name.
+func userDatabase(user string) (passwd, group []byte) {
+	uid, gid, _ := strings.Cut(user, ":")
+	if gid == "" {
+		gid = uid
+	}
+	p := "root:x:0:0:root:/root:/sbin/nologin\n"
+	g := "root:x:0:\n"
+	if uid != "0" {
+		p += fmt.Sprintf("nonroot:x:%s:%s:nonroot:/home/nonroot:/sbin/nologin\n", uid, gid)
+	}
+	if gid != "0" {
+		g += fmt.Sprintf("nonroot:x:%s:\n", gid)
+	}
+	return []byte(p), []byte(g)
+}
+
+// Config is the OCI image config of one image for one platform. The
+// exporter fills in the layer diff ids and history.
+func Config(p *plan.Plan, img plan.Image, target ocispec.Platform) ocispec.Image {
+	created := p.Created()
+	env := []string{"PATH=" + BinDir + ":/usr/bin:/bin"}
+	for _, k := range slices.Sorted(maps.Keys(img.Env)) {
+		env = append(env, k+"="+img.Env[k])
+	}
+	labels := map[string]string{}
+	maps.Copy(labels, img.Labels)
+	labels[ocispec.AnnotationCreated] = created.Format(time.RFC3339)
+	labels[ocispec.AnnotationVersion] = p.Stamp.Version
+	if rev := p.Revision(); rev != "" {
+		labels[ocispec.AnnotationRevision] = rev
+	}
+	if p.Source != "" {
+		labels[ocispec.AnnotationSource] = p.Source
+	}
+	return ocispec.Image{
+		Created:  &created,
+		Platform: target,
+		Config: ocispec.ImageConfig{
+			User:       img.User,
+			Env:        env,
+			Entrypoint: img.Entrypoint,
+			Cmd:        img.Args,
+			WorkingDir: img.Workdir,
+			Labels:     labels,
+		},
+		RootFS: ocispec.RootFS{Type: "layers"},
+		// Written here, not left to the exporter: it would describe a layer
+		// taken from an imported cache as "imported <digest>", and the
+		// digest would then depend on where the layer came from.
+		History: []ocispec.History{{
+			Created:   &created,
+			CreatedBy: fmt.Sprintf("kiln: assemble %s for %s", img.Name, config.FormatPlatform(target)),
+			Comment:   "kiln",
+		}},
+	}
+}

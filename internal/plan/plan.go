@@ -1,0 +1,504 @@
+// Package plan owns the second stage of the flow: it resolves a validated
+// configuration against the repository (git stamp, source date, platforms,
+// each binary's package file set) into the Plan that the LLB stage builds.
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/config"
+)
+
+// Plan is the resolved build: everything the LLB stage needs, nothing it
+// has to look up again.
+type Plan struct {
+	Root            string             `json:"-"`
+	Module          string             `json:"module"`
+	Toolchain       Toolchain          `json:"toolchain"`
+	BuildPlatform   ocispec.Platform   `json:"-"`
+	Platforms       []ocispec.Platform `json:"-"`
+	GoEnv           GoEnv              `json:"goEnv"`
+	Binaries        []Binary           `json:"binaries"`
+	Images          []Image            `json:"images"`
+	Stamp           Stamp              `json:"stamp"`
+	SourceDateEpoch int64              `json:"sourceDateEpoch"`
+	Cache           config.Cache       `json:"cache"`
+	// Source is the repository URL for the image source label.
+	Source string `json:"source"`
+	// Repository prefixes image names: <repository>/<image>:<tag>.
+	Repository string `json:"repository"`
+	// Budgets are the size budgets in bytes, by binary.
+	Budgets map[string]int64 `json:"budgets,omitempty"`
+	// Modules are the module@version pairs the binaries import, downloaded
+	// in their own step; empty when they use the standard library only or
+	// come from vendor/.
+	Modules []string `json:"modules"`
+	// ModMode is how compiles find modules: vendor, readonly or mod (go's -mod).
+	ModMode string `json:"modMode"`
+	// ModModeFrom says what chose ModMode, for the plan and errors.
+	ModModeFrom string `json:"modModeFrom"`
+	// Workspace is true when Root's go.work drives the build.
+	Workspace bool `json:"workspace"`
+	// ModFiles are the go.mod, go.sum, go.work and go.work.sum files
+	// (Root-relative) the module download step reads, and nothing else.
+	ModFiles []string `json:"modFiles"`
+}
+
+// Toolchain is the pinned Go toolchain for the build platform.
+type Toolchain struct {
+	GoVersion string `json:"goVersion"`
+	// Module is the golang.org/toolchain module version, e.g. v0.0.1-go1.26.8.linux-amd64.
+	Module string `json:"module"`
+	SHA256 string `json:"sha256"`
+}
+
+// GoEnv is the one Go environment of every compile; only GOOS, GOARCH and
+// GOARM are added per platform.
+type GoEnv struct {
+	Env       []string `json:"env"`
+	BuildArgs []string `json:"buildArgs"`
+}
+
+// Binary is a binary with the source files its compile step sees.
+type Binary struct {
+	Name    string `json:"name"`
+	Package string `json:"package"`
+	// Module is the main (or workspace) module the package belongs to.
+	Module string `json:"module"`
+	// Files are the repository-relative files of its main-module packages
+	// (plus go.mod and go.sum); editing another file does not rebuild it.
+	Files []string `json:"files"`
+}
+
+// Image is an image to assemble.
+type Image struct {
+	config.Image
+	Name string `json:"name"`
+	Ref  string `json:"ref"`
+}
+
+// Stamp is what the linker writes into the version package.
+type Stamp struct {
+	Release   bool   `json:"release"`
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	TreeState string `json:"treeState"`
+	// LDFlags are the -X flags, identical for every binary.
+	LDFlags []string `json:"ldflags"`
+}
+
+// Options adjust a plan without editing the configuration.
+type Options struct {
+	// Platforms replaces the configured target platforms when non-empty.
+	Platforms []ocispec.Platform
+	// Stamp stamps git describe, commit and tree state (release builds).
+	Stamp bool
+	// BuildPlatform is the platform compiles run on; the host's by default.
+	BuildPlatform *ocispec.Platform
+	// Images limits the plan to these images; all when empty.
+	Images []string
+}
+
+// Dev stamp values: stable, so a commit does not relink every binary.
+const (
+	devVersion   = "v0.0.0-dev"
+	devCommit    = "unknown"
+	devTreeState = "unknown"
+)
+
+// Resolve turns a configuration into a plan.
+func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
+	if drift := cfg.Drift(); len(drift) > 0 {
+		d := drift[0]
+		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
+	}
+	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Budgets: map[string]int64{}}
+	for name, size := range cfg.Budgets {
+		p.Budgets[name], _ = config.ParseSize(size) // validated by config.Load
+	}
+	if len(opts.Platforms) > 0 {
+		p.Platforms = opts.Platforms
+	}
+	for _, plat := range p.Platforms {
+		if plat.OS != "linux" {
+			return nil, fmt.Errorf("platform %s: images are linux only", config.FormatPlatform(plat))
+		}
+	}
+	p.BuildPlatform = ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
+	if opts.BuildPlatform != nil {
+		p.BuildPlatform = *opts.BuildPlatform
+	}
+	if err := p.resolveToolchain(cfg); err != nil {
+		return nil, err
+	}
+	if err := p.resolveModules(cfg); err != nil {
+		return nil, err
+	}
+	if err := p.resolveStamp(cfg, opts.Stamp); err != nil {
+		return nil, err
+	}
+	p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode, p.Workspace)
+	if err := p.resolveBinaries(cfg); err != nil {
+		return nil, err
+	}
+	for _, img := range cfg.Images {
+		if len(opts.Images) > 0 && !slices.Contains(opts.Images, img.Name) {
+			continue
+		}
+		p.Images = append(p.Images, Image{Image: img, Name: img.Name, Ref: fmt.Sprintf("%s/%s:%s", cfg.Repository, img.Name, cfg.Tag)})
+	}
+	for _, want := range opts.Images {
+		if !slices.ContainsFunc(cfg.Images, func(i config.Image) bool { return i.Name == want }) {
+			return nil, fmt.Errorf("unknown image %q (images are the folders of %s/)", want, config.ImagesDir)
+		}
+	}
+	return p, nil
+}
+
+// PlatformIDs returns the target platforms as strings, in index order.
+func (p *Plan) PlatformIDs() []string {
+	ids := make([]string, len(p.Platforms))
+	for i, plat := range p.Platforms {
+		ids[i] = config.FormatPlatform(plat)
+	}
+	return ids
+}
+
+// Binary returns the planned binary of that name.
+func (p *Plan) Binary(name string) *Binary {
+	for i := range p.Binaries {
+		if p.Binaries[i].Name == name {
+			return &p.Binaries[i]
+		}
+	}
+	return nil
+}
+
+func (p *Plan) resolveToolchain(cfg *config.Config) error {
+	bp := config.FormatPlatform(p.BuildPlatform)
+	sum, ok := cfg.Toolchain.SHA256[bp]
+	if !ok {
+		return fmt.Errorf("%s: toolchain.sha256: no pin for build platform %s (the BuildKit worker's); add the sha256 of golang.org/toolchain@%s", config.File, bp, toolchainModule(cfg.Toolchain.Go, p.BuildPlatform))
+	}
+	p.Toolchain = Toolchain{GoVersion: cfg.Toolchain.Go, Module: toolchainModule(cfg.Toolchain.Go, p.BuildPlatform), SHA256: sum}
+	return nil
+}
+
+func toolchainModule(goVersion string, plat ocispec.Platform) string {
+	return fmt.Sprintf("v0.0.1-go%s.%s-%s", goVersion, plat.OS, plat.Architecture)
+}
+
+// goEnv derives the one Go environment. Keep it the only place that does.
+func goEnv(cfg *config.Config, stamp Stamp, modMode string, workspace bool) GoEnv {
+	goflags := "-mod=" + modMode
+	if v := WithoutModFlag(cfg.Go.Env["GOFLAGS"]); v != "" {
+		goflags = v + " " + goflags
+	}
+	env := []string{
+		"CGO_ENABLED=0",
+		"GOTOOLCHAIN=local",
+		"GOFLAGS=" + goflags,
+		"GOPROXY=off",
+		"GOSUMDB=off",
+	}
+	if workspace {
+		env = append(env, "GOWORK="+WorkFile)
+	}
+	for _, k := range slices.Sorted(maps.Keys(cfg.Go.Env)) {
+		if k != "GOFLAGS" && k != "CGO_ENABLED" {
+			env = append(env, k+"="+cfg.Go.Env[k])
+		}
+	}
+	args := []string{"-trimpath", "-buildvcs=false"}
+	args = append(args, cfg.Go.Flags...)
+	if len(cfg.Go.Tags) > 0 {
+		args = append(args, "-tags="+strings.Join(cfg.Go.Tags, ","))
+	}
+	if cfg.Go.GCFlags != "" {
+		args = append(args, "-gcflags="+cfg.Go.GCFlags)
+	}
+	ld := strings.Fields(cfg.Go.LDFlags)
+	ld = append(ld, "-buildid=")
+	ld = append(ld, stamp.LDFlags...)
+	args = append(args, "-ldflags="+strings.Join(ld, " "))
+	return GoEnv{Env: env, BuildArgs: args}
+}
+
+func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
+	p.Stamp = Stamp{Release: release, Version: devVersion, Commit: devCommit, TreeState: devTreeState}
+	commit, commitTime, err := gitHead(p.Root)
+	if env := os.Getenv("SOURCE_DATE_EPOCH"); env != "" {
+		n, perr := strconv.ParseInt(env, 10, 64)
+		if perr != nil || n < 0 {
+			return fmt.Errorf("SOURCE_DATE_EPOCH=%q: not a non-negative integer of seconds", env)
+		}
+		p.SourceDateEpoch = n
+	} else if err == nil {
+		p.SourceDateEpoch = commitTime
+	}
+	if release {
+		if err != nil {
+			return fmt.Errorf("stamping needs git: %w", err)
+		}
+		p.Stamp.Commit = commit
+		p.Stamp.TreeState = "clean"
+		if dirty, derr := gitDirty(p.Root); derr != nil {
+			return derr
+		} else if dirty {
+			p.Stamp.TreeState = "dirty"
+		}
+		p.Stamp.Version = gitDescribe(p.Root)
+	}
+	pkg := cfg.Stamp.Package
+	if pkg == "" {
+		return nil // another module: nothing to stamp
+	}
+	p.Stamp.LDFlags = []string{
+		"-X " + pkg + ".Version=" + p.Stamp.Version,
+		"-X " + pkg + ".GitCommit=" + p.Stamp.Commit,
+		"-X " + pkg + ".GitTreeState=" + p.Stamp.TreeState,
+	}
+	return nil
+}
+
+// Revision is the commit for image labels: the real one even in development
+// builds, since labels change only the image config, never a binary.
+func (p *Plan) Revision() string {
+	commit, _, err := gitHead(p.Root)
+	if err != nil {
+		return ""
+	}
+	return commit
+}
+
+// Created is the source date as the OCI "created" timestamp.
+func (p *Plan) Created() time.Time {
+	return time.Unix(p.SourceDateEpoch, 0).UTC()
+}
+
+func gitHead(root string) (string, int64, error) {
+	out, err := run(root, nil, "git", "log", "-1", "--format=%H %ct")
+	if err != nil {
+		return "", 0, err
+	}
+	fields := strings.Fields(out)
+	if len(fields) != 2 {
+		return "", 0, fmt.Errorf("git log: unexpected output %q", out)
+	}
+	t, err := strconv.ParseInt(fields[1], 10, 64)
+	return fields[0], t, err
+}
+
+func gitDirty(root string) (bool, error) {
+	out, err := run(root, nil, "git", "status", "--porcelain", "--untracked-files=no")
+	return strings.TrimSpace(out) != "", err
+}
+
+func gitDescribe(root string) string {
+	if v, err := os.ReadFile(filepath.Join(root, "VERSION")); err == nil && len(bytes.TrimSpace(v)) > 0 {
+		return strings.TrimSpace(string(v))
+	}
+	out, err := run(root, nil, "git", "describe", "--tags", "--always", "--dirty")
+	if err != nil {
+		return devVersion
+	}
+	return strings.TrimSpace(out)
+}
+
+// run executes a host command and returns stdout; the error carries stderr.
+func run(dir string, env []string, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return stdout.String(), fmt.Errorf("%s %s: %s", name, strings.Join(args, " "), msg)
+	}
+	return stdout.String(), nil
+}
+
+type listedModule struct {
+	Path    string
+	Version string
+	Main    bool
+	Dir     string
+	GoMod   string
+	Replace *listedModule
+}
+
+// listedPackage is what go list reports of a package. The file lists are
+// every file the compiler and linker read (embedded files are relative to
+// Dir and may sit in subdirectories), so they, not a listing of Dir, are the
+// binary's inputs.
+type listedPackage struct {
+	ImportPath string
+	Dir        string
+	Standard   bool
+	Deps       []string
+	Module     *listedModule
+	Error      *struct{ Err string }
+
+	GoFiles, CgoFiles, CFiles, CXXFiles, MFiles, HFiles, FFiles, SFiles []string
+	SwigFiles, SwigCXXFiles, SysoFiles, EmbedFiles                      []string
+}
+
+// listFields is the -json field list that fills listedPackage.
+const listFields = "ImportPath,Dir,Standard,Deps,Module,Error,GoFiles,CgoFiles,CFiles,CXXFiles,MFiles,HFiles,FFiles,SFiles,SwigFiles,SwigCXXFiles,SysoFiles,EmbedFiles"
+
+// sourceFiles returns every file of the package the go command reads to build it.
+func (lp listedPackage) sourceFiles() []string {
+	var out []string
+	for _, list := range [][]string{lp.GoFiles, lp.CgoFiles, lp.CFiles, lp.CXXFiles, lp.MFiles, lp.HFiles, lp.FFiles, lp.SFiles, lp.SwigFiles, lp.SwigCXXFiles, lp.SysoFiles, lp.EmbedFiles} {
+		out = append(out, list...)
+	}
+	return out
+}
+
+// resolveBinaries finds, for every target platform, the main-module
+// packages each binary depends on; their files are the binary's inputs.
+func (p *Plan) resolveBinaries(cfg *config.Config) error {
+	files := map[string]map[string]bool{}
+	modules := map[string]bool{}
+	binModule := map[string]string{}
+	pkgs := make([]string, len(cfg.Binaries))
+	for i, b := range cfg.Binaries {
+		pkgs[i] = b.Package
+		files[b.Name] = map[string]bool{}
+		for _, f := range p.ModFiles {
+			files[b.Name][f] = true
+		}
+		if p.ModMode == ModVendor {
+			files[b.Name]["vendor/modules.txt"] = true
+		}
+	}
+	tags := ""
+	if len(cfg.Go.Tags) > 0 {
+		tags = "-tags=" + strings.Join(cfg.Go.Tags, ",")
+	}
+	for _, plat := range p.Platforms {
+		env := append([]string{"CGO_ENABLED=0", "GOOS=" + plat.OS, "GOARCH=" + plat.Architecture, "GOARM=" + config.GOARM(plat)}, p.listEnv()...)
+		args := []string{"list", "-e", "-deps", "-json=" + listFields}
+		if tags != "" {
+			args = append(args, tags)
+		}
+		out, err := run(p.Root, env, "go", append(args, pkgs...)...)
+		if err != nil {
+			return fmt.Errorf("list packages for %s: %w%s", config.FormatPlatform(plat), err, Hint(err.Error()))
+		}
+		byPath := map[string]listedPackage{}
+		dec := json.NewDecoder(strings.NewReader(out))
+		for {
+			var lp listedPackage
+			if err := dec.Decode(&lp); errors.Is(err, io.EOF) {
+				break
+			} else if err != nil {
+				return fmt.Errorf("list packages: %w", err)
+			}
+			if lp.Error != nil {
+				return fmt.Errorf("package %s (%s): %s%s", lp.ImportPath, config.FormatPlatform(plat), lp.Error.Err, Hint(lp.Error.Err))
+			}
+			byPath[lp.ImportPath] = lp
+		}
+		for _, b := range cfg.Binaries {
+			main, ok := p.mainPackage(byPath, b.Package)
+			if !ok {
+				return fmt.Errorf("%s: binary %q: package %s not found in %s", config.File, b.Name, b.Package, p.Module)
+			}
+			if main.Module != nil {
+				binModule[b.Name] = main.Module.Path
+			}
+			for _, dep := range append([]string{main.ImportPath}, main.Deps...) {
+				lp := byPath[dep]
+				if lp.Standard || lp.Module == nil {
+					continue
+				}
+				// Main-module, vendored and replaced-by-directory packages
+				// are files of the repository: inputs of the binary.
+				if _, inside := within(p.Root, lp.Dir); inside && lp.Dir != "" {
+					if err := addPackageFiles(p.Root, lp, files[b.Name]); err != nil {
+						return err
+					}
+					continue
+				}
+				m := lp.Module
+				if m.Replace != nil {
+					m = m.Replace
+				}
+				if m.Main || m.Version == "" {
+					return fmt.Errorf("binary %q: package %s is in %s, outside %s; BuildKit sees only the repository: move it under the repository or replace it with a module version", b.Name, lp.ImportPath, lp.Dir, p.Root)
+				}
+				modules[m.Path+"@"+m.Version] = true
+			}
+		}
+	}
+	for _, b := range cfg.Binaries {
+		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name])})
+	}
+	p.Modules = sortedSet(modules)
+	return nil
+}
+
+// mainPackage finds a binary's package by its directory, else by import path.
+func (p *Plan) mainPackage(byPath map[string]listedPackage, rel string) (listedPackage, bool) {
+	dir := filepath.Join(p.Root, filepath.FromSlash(rel))
+	for _, lp := range byPath {
+		if lp.Dir == dir && lp.Module != nil {
+			return lp, true
+		}
+	}
+	lp, ok := byPath[strings.TrimPrefix(rel, "./")]
+	return lp, ok
+}
+
+// addPackageFiles adds the files go reads to build one package, and the
+// go.mod of a module replaced by a directory inside the repository.
+func addPackageFiles(root string, lp listedPackage, into map[string]bool) error {
+	names := lp.sourceFiles()
+	paths := make([]string, 0, len(names)+1)
+	for _, name := range names {
+		paths = append(paths, filepath.Join(lp.Dir, filepath.FromSlash(name)))
+	}
+	if m := lp.Module; m != nil && m.Replace != nil && m.Replace.GoMod != "" {
+		if _, inside := within(root, m.Replace.GoMod); inside {
+			paths = append(paths, m.Replace.GoMod)
+		}
+	}
+	for _, path := range paths {
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		into[filepath.ToSlash(rel)] = true
+	}
+	return nil
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

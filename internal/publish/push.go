@@ -1,0 +1,112 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/distribution/reference"
+	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+)
+
+// RegistryEnv names the registry to push to when no flag does.
+const RegistryEnv = "REGISTRY"
+
+// PushOptions say where images go.
+type PushOptions struct {
+	// Registry is host[:port][/path]; REGISTRY when empty.
+	Registry string
+	// Latest also tags each image latest.
+	Latest bool
+	// Insecure allows plain HTTP to a registry that is not on loopback.
+	Insecure bool
+}
+
+// PushResult is one pushed image.
+type PushResult struct {
+	Name   string   `json:"name"`
+	Refs   []string `json:"refs"`
+	Digest string   `json:"digest"`
+}
+
+// Push builds every image and pushes it, all platforms in one index, tagged
+// with the version (and latest when asked).
+func Push(ctx context.Context, opts build.Options, popts PushOptions) ([]PushResult, error) {
+	registry, plainHTTP, err := buildkit.RegistryHost(popts.Registry, popts.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	s, err := build.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return push(ctx, s, registry, plainHTTP, popts.Latest)
+}
+
+func push(ctx context.Context, s *build.Session, registry string, plainHTTP, latest bool) ([]PushResult, error) {
+	return pushWith(ctx, s, registry, plainHTTP, latest, nil)
+}
+
+// pushWith pushes with extra frontend attributes, e.g. attestation requests.
+func pushWith(ctx context.Context, s *build.Session, registry string, plainHTTP, latest bool, attrs map[string]string) ([]PushResult, error) {
+	tags := []string{s.Plan.Stamp.Version}
+	if latest {
+		tags = append(tags, "latest")
+	}
+	var jobs []buildkit.Job
+	var results []PushResult
+	for _, img := range s.Plan.Images {
+		var refs []string
+		for _, tag := range tags {
+			ref := fmt.Sprintf("%s/%s/%s:%s", registry, s.Plan.Repository, img.Name, tag)
+			if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+				return nil, fmt.Errorf("image reference %q: %w", ref, err)
+			}
+			refs = append(refs, ref)
+		}
+		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","))
+		exportAttrs["push"] = "true"
+		if plainHTTP {
+			exportAttrs["registry.insecure"] = "true"
+		}
+		frontendAttrs := map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")}
+		for k, v := range attrs {
+			frontendAttrs[k] = v
+		}
+		jobs = append(jobs, buildkit.Job{
+			Name:          img.Name,
+			Build:         s.Build(img),
+			FrontendAttrs: frontendAttrs,
+			Export:        client.ExportEntry{Type: client.ExporterImage, Attrs: exportAttrs},
+		})
+		results = append(results, PushResult{Name: img.Name, Refs: refs})
+	}
+	out, err := s.SolveImages(ctx, jobs)
+	if err != nil {
+		return nil, explainPush(err, registry)
+	}
+	for i := range results {
+		results[i].Digest = out.Results[i].Digest
+	}
+	return results, nil
+}
+
+// status401 is an HTTP 401, not a port or digest that contains 401.
+var status401 = regexp.MustCompile(`(^|[^0-9:.a-f])401([^0-9a-f]|$)`)
+
+// explainPush adds the remedy to the registry errors people meet most.
+func explainPush(err error, registry string) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "connection refused") || strings.Contains(msg, "no such host") || strings.Contains(msg, "i/o timeout"):
+		return fmt.Errorf("push to %s: the registry is unreachable; start it or fix -registry/%s, then run the push again: %w", registry, RegistryEnv, err)
+	case status401.MatchString(msg) || strings.Contains(strings.ToLower(msg), "unauthorized") || strings.Contains(msg, "authentication required"):
+		return fmt.Errorf("push to %s: the registry refused the credentials (401); kiln reads them from %s (DOCKER_CONFIG); log in with `docker login %s` or fix that file: %w", registry, buildkit.DockerConfigPath(), registry, err)
+	}
+	return fmt.Errorf("push to %s: %w", registry, err)
+}

@@ -1,0 +1,118 @@
+package publish_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+)
+
+func TestPushToARegistry(t *testing.T) {
+	d := testdaemon.Buildkit(t)
+	reg := testdaemon.StartRegistry(t)
+	ctx := context.Background()
+	var progress, logs bytes.Buffer
+	logrus.SetOutput(&logs)
+	defer logrus.SetOutput(os.Stderr)
+	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64,linux/arm64", Progress: "plain", ProgressOut: &progress, OutDir: t.TempDir()}
+
+	built, err := build.Images(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("pushed index equals the built one", func(t *testing.T) {
+		results, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr, Latest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range results {
+			if r.Digest != built.Images[i].Digest {
+				t.Errorf("%s: pushed %s, built %s", r.Name, r.Digest, built.Images[i].Digest)
+			}
+			for _, tag := range []string{"v0.0.0-dev", "latest"} {
+				dgst, mediaType, body, err := reg.Manifest("antrea/"+r.Name, tag)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if dgst != r.Digest || mediaType != ocispec.MediaTypeImageIndex {
+					t.Errorf("%s:%s pulled back as %s %s, want %s index", r.Name, tag, dgst, mediaType, r.Digest)
+				}
+				var index ocispec.Index
+				json.Unmarshal(body, &index)
+				if len(index.Manifests) != 2 || index.Manifests[0].Platform.Architecture != "amd64" || index.Manifests[1].Platform.Architecture != "arm64" {
+					t.Errorf("%s:%s index platforms: %+v", r.Name, tag, index.Manifests)
+				}
+			}
+		}
+	})
+
+	t.Run("credentials appear nowhere", func(t *testing.T) {
+		canary := []byte(reg.Pass)
+		for what, data := range map[string][]byte{"progress output": progress.Bytes(), "logs": logs.Bytes()} {
+			if bytes.Contains(data, canary) {
+				t.Errorf("the registry password is in the %s", what)
+			}
+		}
+		for _, img := range built.Images {
+			data, _ := os.ReadFile(img.Path)
+			if bytes.Contains(data, canary) {
+				t.Errorf("the registry password is in %s", img.Path)
+			}
+		}
+		if d.Managed != nil {
+			if path, ok := testdaemon.GrepTree(d.Managed.Dir, canary); ok {
+				t.Errorf("the registry password is in the daemon's state or log: %s", path)
+			}
+		}
+	})
+
+	t.Run("wrong credentials name their source", func(t *testing.T) {
+		// Another name for the same registry: the daemon has no cached
+		// authorization for it.
+		host := strings.Replace(reg.Addr, "127.0.0.1", "localhost", 1)
+		dir := t.TempDir()
+		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"auths": {"`+host+`": {"auth": "a2lsbjp3cm9uZw=="}}}`), 0o600)
+		t.Setenv("DOCKER_CONFIG", dir)
+		_, err := publish.Push(ctx, opts, publish.PushOptions{Registry: host})
+		if err == nil {
+			t.Fatal("a push with wrong credentials succeeded")
+		}
+		for _, want := range []string{"401", filepath.Join(dir, "config.json"), host} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error does not mention %q: %v", want, err)
+			}
+		}
+	})
+
+	t.Run("a stopped registry is named, and a rerun completes the push", func(t *testing.T) {
+		reg.Stop()
+		_, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr})
+		if err == nil {
+			t.Fatal("a push to a stopped registry succeeded")
+		}
+		if !strings.Contains(err.Error(), reg.Addr) || !strings.Contains(err.Error(), "unreachable") {
+			t.Errorf("error does not name the unreachable registry: %v", err)
+		}
+		reg.Start()
+		if _, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr}); err != nil {
+			t.Fatalf("the push after the registry came back: %v", err)
+		}
+	})
+
+	t.Run("bad registry", func(t *testing.T) {
+		if _, err := publish.Push(ctx, opts, publish.PushOptions{Registry: "Not A Registry"}); err == nil || !strings.Contains(err.Error(), "Not A Registry") {
+			t.Errorf("bad registry: %v", err)
+		}
+	})
+}

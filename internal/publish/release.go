@@ -1,0 +1,137 @@
+package publish
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/image"
+)
+
+// ReleasePlatforms are the platforms every released image carries.
+const ReleasePlatforms = "linux/amd64,linux/arm64,linux/arm/v7"
+
+// ReleaseOptions control `mage release`.
+type ReleaseOptions struct {
+	PushOptions
+	// DryRun resolves and prints what would be published, building nothing.
+	DryRun bool
+	// Force releases a tree with uncommitted changes (stamped dirty).
+	Force bool
+}
+
+// ReleaseSummary is what a release published, or would publish.
+type ReleaseSummary struct {
+	Version   string        `json:"version"`
+	Commit    string        `json:"commit"`
+	TreeState string        `json:"treeState"`
+	DryRun    bool          `json:"dryRun"`
+	Images    []PushResult  `json:"images"`
+	Platforms []string      `json:"platforms"`
+	AssetsDir string        `json:"assetsDir"`
+	Assets    []image.Asset `json:"assets"`
+}
+
+// Release stamps the build (version, commit, tree state), writes the
+// release assets with SHA256SUMS under <out>/release/<version>/, and pushes
+// every image for every release platform with a provenance attestation
+// (BuildKit, mode=max) and an SPDX SBOM of its binaries.
+func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
+	opts.Stamp = true
+	opts.Platforms = ReleasePlatforms
+	p, err := build.Plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	if p.Stamp.TreeState == "dirty" && !ropts.Force {
+		return nil, fmt.Errorf("the tree has uncommitted changes: commit them, or pass -force to release it stamped %q", "dirty")
+	}
+	registry, plainHTTP, err := buildkit.RegistryHost(ropts.Registry, ropts.Insecure)
+	if err != nil {
+		return nil, err
+	}
+	sum := &ReleaseSummary{Version: p.Stamp.Version, Commit: p.Stamp.Commit, TreeState: p.Stamp.TreeState, DryRun: ropts.DryRun,
+		Platforms: p.PlatformIDs(), AssetsDir: filepath.Join(opts.OutDirFor(p.Root), "release", p.Stamp.Version), Assets: image.Assets()}
+	for _, a := range sum.Assets {
+		if p.Binary(a.Binary) == nil {
+			return nil, fmt.Errorf("release asset %s: no binary %q in %s", a.Name, a.Binary, config.File)
+		}
+	}
+	tags := []string{p.Stamp.Version}
+	if ropts.Latest {
+		tags = append(tags, "latest")
+	}
+	for _, img := range p.Images {
+		r := PushResult{Name: img.Name}
+		for _, tag := range tags {
+			r.Refs = append(r.Refs, fmt.Sprintf("%s/%s/%s:%s", registry, p.Repository, img.Name, tag))
+		}
+		sum.Images = append(sum.Images, r)
+	}
+	if ropts.DryRun {
+		return sum, nil
+	}
+
+	s, err := build.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if err := writeAssets(ctx, s, sum); err != nil {
+		return nil, err
+	}
+	s.SBOM = true
+	pushed, err := pushWith(ctx, s, registry, plainHTTP, ropts.Latest, map[string]string{"attest:provenance": "mode=max"})
+	if err != nil {
+		return nil, err
+	}
+	sum.Images = pushed
+	return sum, nil
+}
+
+// writeAssets cross-compiles the release binaries and writes them with a
+// SHA256SUMS file; the directory appears whole or not at all.
+func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary) error {
+	var files []build.FileCopy
+	for _, a := range sum.Assets {
+		target, err := config.ParsePlatform(a.Platform)
+		if err != nil {
+			return err
+		}
+		files = append(files, build.FileCopy{From: s.Binary(a.Binary, target), Src: "/" + a.Binary, Dest: "/" + a.Name})
+	}
+	work := sum.AssetsDir + ".work"
+	os.RemoveAll(work)
+	if _, err := s.ExportFiles(ctx, "release assets", files, work); err != nil {
+		return err
+	}
+	var lines []string
+	for i, a := range sum.Assets {
+		data, err := os.ReadFile(filepath.Join(work, a.Name))
+		if err != nil {
+			os.RemoveAll(work)
+			return err
+		}
+		h := sha256.Sum256(data)
+		sum.Assets[i].SHA256 = hex.EncodeToString(h[:])
+		lines = append(lines, fmt.Sprintf("%s  %s", sum.Assets[i].SHA256, a.Name))
+	}
+	sort.Strings(lines)
+	if err := os.WriteFile(filepath.Join(work, "SHA256SUMS"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		os.RemoveAll(work)
+		return err
+	}
+	if err := buildkit.Replace(work, sum.AssetsDir); err != nil {
+		os.RemoveAll(work)
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,176 @@
+// Package namespaces is kiln's namespaced mage targets: images:load,
+// images:smoke, images:push, verify:repro, bench:compare and buildkit:*.
+// They live apart from package targets because mage names a namespace after
+// its type, and a type Images cannot sit beside the images target in one
+// package; import both (see package targets).
+package namespaces
+
+//mage:multiline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/magefile/mage/mg"
+
+	"github.com/kiln-build/kiln/internal/bench"
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/cli"
+	"github.com/kiln-build/kiln/internal/publish"
+)
+
+// Images loads, smoke-runs and pushes the images.
+type Images mg.Namespace
+
+// Streams every image into containerd: all platforms, index digest intact.
+//
+// Named <repository>/<image>:<tag>.
+//
+//	-address=SOCKET       containerd's socket (or CONTAINERD_ADDRESS)
+//	-namespace=NAME       containerd namespace (default k8s.io)
+//	-platforms, -stamp, -progress as for images
+func (Images) Load(ctx context.Context, address *string, namespace *string, platforms *string, stamp *bool, progress *string) error {
+	results, err := publish.Load(ctx, cli.Options(platforms, stamp, progress), cli.LoadOptions(address, namespace))
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	for _, r := range results {
+		fmt.Printf("%s\t%s\n", r.Ref, r.Digest)
+	}
+	return nil
+}
+
+// Runs every binary of every loaded image with --version under containerd.
+//
+// On each platform (arm64 and arm through qemu binfmt when registered; the
+// others are reported as skipped, with why), checking version, commit,
+// platform and cgo off.
+//
+//	-address, -namespace   as for images:load
+//	-platforms, -stamp     as for images
+func (Images) Smoke(ctx context.Context, address *string, namespace *string, platforms *string, stamp *bool) error {
+	results, err := publish.Smoke(ctx, cli.Options(platforms, stamp, nil), cli.LoadOptions(address, namespace))
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	failed := 0
+	for _, r := range results {
+		switch {
+		case r.Skipped != "":
+			fmt.Printf("skip\t%s %s %s: %s\n", r.Image, r.Platform, r.Binary, r.Skipped)
+		case r.Err != "":
+			failed++
+			fmt.Printf("FAIL\t%s %s %s: %s\n", r.Image, r.Platform, r.Binary, r.Err)
+		default:
+			fmt.Printf("ok\t%s %s %s: %s\n", r.Image, r.Platform, r.Binary, r.Output)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d smoke runs failed", failed, len(results))
+	}
+	return nil
+}
+
+// Pushes every image, all platforms in one index, to a registry.
+//
+// As <registry>/<repository>/<image>:<version>; credentials come from the
+// Docker config (DOCKER_CONFIG).
+//
+//	-registry=HOST[:PORT]   (or REGISTRY)
+//	-latest                 also tag latest
+//	-insecure               plain HTTP beyond loopback
+//	-platforms, -stamp, -progress, -cacheto, -cachefrom as for images
+func (Images) Push(ctx context.Context, registry *string, latest *bool, insecure *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string) error {
+	o := cli.Options(platforms, stamp, progress)
+	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
+	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), Insecure: cli.Bool(insecure)})
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	for _, r := range results {
+		fmt.Printf("%s\t%s\n", strings.Join(r.Refs, ","), r.Digest)
+	}
+	return nil
+}
+
+// Verify holds the checks that rebuild.
+type Verify mg.Namespace
+
+// Builds every image twice, the second time in isolation, and compares them.
+//
+// The second build reuses no step and starts from an empty Go cache; every
+// index, manifest, config, layer, file and ELF section is compared and each
+// difference is located.
+//
+//	-platforms, -progress   as for images
+func (Verify) Repro(ctx context.Context, platforms *string, progress *string) error {
+	out, err := build.Repro(ctx, cli.Options(platforms, nil, progress))
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	for i, img := range out.First {
+		same := "identical"
+		if img.Digest != out.Second[i].Digest {
+			same = "DIFFERENT: " + out.Second[i].Digest
+		}
+		fmt.Printf("%s\t%s\t%s\n", img.Ref, img.Digest, same)
+	}
+	if len(out.Differences) == 0 {
+		return nil
+	}
+	fmt.Println("\nwhere the builds differ:")
+	for _, d := range out.Differences {
+		fmt.Println("  " + d.String())
+	}
+	return fmt.Errorf("the two builds of this commit differ in %d places", len(out.Differences))
+}
+
+// Bench holds the benchmark report tools.
+type Bench mg.Namespace
+
+// Compares two bench reports: the median of each scenario, old and new.
+func (Bench) Compare(oldReport, newReport string) error {
+	return bench.CompareFiles(os.Stdout, oldReport, newReport)
+}
+
+// Buildkit manages the BuildKit daemon kiln builds on.
+type Buildkit mg.Namespace
+
+// Shows the daemon kiln would use, its workers and its disk use by kind.
+func (Buildkit) Status(ctx context.Context) error {
+	cli.Logging()
+	return buildkit.Status(ctx, ".", os.Stdout)
+}
+
+// Stops the managed buildkitd (a daemon named by BUILDKIT_HOST is left alone).
+func (Buildkit) Stop(ctx context.Context) error {
+	cli.Logging()
+	if os.Getenv(buildkit.HostEnv) != "" {
+		return fmt.Errorf("%s is set: kiln does not stop a daemon it did not start", buildkit.HostEnv)
+	}
+	m, err := buildkit.DefaultManaged(".")
+	if err != nil {
+		return err
+	}
+	stopped, err := m.Stop(ctx)
+	if err != nil {
+		return err
+	}
+	if stopped {
+		fmt.Println("managed buildkitd stopped")
+	} else {
+		fmt.Println("managed buildkitd was not running")
+	}
+	return nil
+}
+
+// Frees the daemon's build cache, keeping the Go cache mounts.
+//
+//	-all   remove the Go cache mounts too
+func (Buildkit) Prune(ctx context.Context, all *bool) error {
+	cli.Logging()
+	return buildkit.Prune(ctx, ".", cli.Bool(all), os.Stdout)
+}

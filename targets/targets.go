@@ -1,0 +1,276 @@
+// Package targets is kiln's top-level mage targets (images, binaries, plan,
+// verify, size, doctor, explain, bench, release). A repository adds kiln by
+// importing this package and targets/namespaces in its magefile:
+//
+//	import (
+//		//mage:import
+//		_ "github.com/kiln-build/kiln/targets"
+//		//mage:import
+//		_ "github.com/kiln-build/kiln/targets/namespaces"
+//	)
+//
+// Targets build the project in the directory mage runs them in (where
+// build/kiln.yaml is). Each one parses its flags, calls the engine and
+// prints the result.
+package targets
+
+//mage:multiline
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kiln-build/kiln/internal/bench"
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/cli"
+	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/publish"
+)
+
+// Builds every image as an OCI layout tarball under _output/images/.
+//
+// Static linking and size budgets are checked after the build.
+//
+//	-platforms=linux/amd64,linux/arm64   target platforms (or PLATFORMS)
+//	-stamp                               release stamping: version, commit, tree state
+//	-progress=auto|tty|plain|quiet|rawjson
+//	-explain                             say which steps ran and why
+//	-cacheto, -cachefrom=type=registry,ref=HOST/REPO,mode=max
+//	                                     a shared layer cache (default: kiln.yaml cache.to/from)
+//	-gocacheto, -gocachefrom=HOST/REPO   publish or seed from a Go build cache snapshot
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string) error {
+	o := cli.Options(platforms, stamp, progress)
+	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
+	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
+	outcome, err := build.Images(ctx, o)
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	for _, r := range outcome.Images {
+		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
+	}
+	printGoCache(outcome.GoCache)
+	if cli.Bool(explain) {
+		fmt.Println()
+		explainWrite(outcome.Explanations)
+	}
+	if outcome.Checks != nil {
+		return outcome.Checks.Err()
+	}
+	return nil
+}
+
+// Builds the raw binaries into _output/bin/<os>_<arch>[_<variant>]/.
+//
+// Flags as for images, and:
+//
+//	-module=DIR -packages=./cmd/a,./cmd/b   build another Go module's (or go.work
+//	                                        workspace's) main packages with this
+//	                                        repository's toolchain and platforms
+func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string, module *string, packages *string, gocacheto *string, gocachefrom *string) error {
+	o := cli.Options(platforms, stamp, progress)
+	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
+	o.Module, o.Packages = cli.Str(module), cli.List(packages)
+	out, err := build.Binaries(ctx, o)
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	fmt.Println(out.Dir)
+	printGoCache(out.GoCache)
+	return nil
+}
+
+func printGoCache(r *build.GoCacheResult) {
+	if r != nil {
+		fmt.Printf("Go cache snapshot\t%s\t%s\n", r.Digest, strings.Join(r.Refs, ","))
+	}
+}
+
+func explainWrite(ex []explain.Explanation) { explain.Write(os.Stdout, ex) }
+
+// Prints the resolved build without building.
+//
+// Toolchain, platforms, stamp, cache ids, the one Go environment, each
+// binary's source files and the images.
+//
+//	-json                 for machines
+//	-platforms, -stamp    as for images
+func Plan(json *bool, platforms *string, stamp *bool) error {
+	p, err := build.Plan(cli.Options(platforms, stamp, nil))
+	if err != nil {
+		return err
+	}
+	if cli.Bool(json) {
+		return build.WritePlanJSON(os.Stdout, p)
+	}
+	build.WritePlanText(os.Stdout, p)
+	return nil
+}
+
+// Checks what the last images build produced, building first if needed.
+//
+// Cache drift, static linking of every binary in every image and size
+// budgets naming what grew. Prints a table; fails if any check fails.
+//
+//	-platforms, -progress   as for images
+func Verify(ctx context.Context, platforms *string, progress *string) error {
+	report, err := build.Verify(ctx, cli.Options(platforms, nil, progress))
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if n := report.Failed(); n > 0 {
+		return fmt.Errorf("%d of %d checks failed", n, len(report.Checks))
+	}
+	return nil
+}
+
+// Explains the last build: which steps were reused, and why the others ran.
+//
+// For each step that ran, the input that changed since the build before it:
+// a file of that binary's packages, go.mod/go.sum, toolchain, flags, stamp.
+func Explain() error {
+	cli.Logging()
+	ex, err := build.Explain(build.Options{})
+	if err != nil {
+		return err
+	}
+	explainWrite(ex)
+	return nil
+}
+
+// Lists every way the configuration would split the Go build cache.
+//
+// Per-binary CGO_ENABLED, tags, gcflags, -trimpath, GOFLAGS, GOAMD64/GOARM
+// and volatile -X values, each with its cost and fix.
+func Doctor() error {
+	cli.Logging()
+	findings, err := build.Doctor(build.Options{})
+	if err != nil {
+		return err
+	}
+	if len(findings) == 0 {
+		fmt.Println("no cache drift: every binary builds with one Go environment and stable linker flags")
+		return nil
+	}
+	for _, f := range findings {
+		fmt.Printf("%s\n  %s\n  cost: %s\n  fix:  %s\n\n", f, strings.Join(f.Binaries, ", "), f.Cost, f.Fix)
+	}
+	return fmt.Errorf("%d cache-drift findings", len(findings))
+}
+
+// Reports each binary's size per platform and what each module contributes.
+//
+// Bytes per module and package (from an unstripped link of the same inputs)
+// and the change since the last report; writes _output/size/report.json and
+// report.svg.
+//
+//	-platforms, -progress   as for images
+func Size(ctx context.Context, platforms *string, progress *string) error {
+	report, err := build.Size(ctx, cli.Options(platforms, nil, progress))
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	jsonPath, svgPath, _ := build.SizePaths(build.Options{})
+	fmt.Printf("\nreport: %s\nchart:  %s\n", jsonPath, svgPath)
+	return nil
+}
+
+// Times kiln against native go build of the same binaries, in one run.
+//
+// Scenarios: native cold, warm and incremental; kiln cold, cold with Go
+// caches kept, warm no-op, incremental edits to one binary's package and to a
+// shared one; a fresh daemon building an edited commit from a registry layer
+// cache, with and without a Go cache snapshot; the cgo split experiment.
+// Writes _output/bench/{latest.json,report.md,chart.svg}.
+//
+//	-runs=N                        warm and incremental runs (default 3)
+//	-module=DIR                    bench another module, with -packages=./cmd/a,./cmd/b
+//	-module=modcache:PATH@VERSION  a module copied from the module cache
+//	-platforms                     as for images
+//	-registry=HOST[:PORT]          for the fresh-daemon scenarios (default REGISTRY,
+//	                               else a docker-registry started on loopback)
+//	-compare=OLD.json,NEW.json     compare two reports instead
+func Bench(ctx context.Context, runs *int, module *string, packages *string, platforms *string, compare *string, registry *string) error {
+	cli.Logging()
+	if compare != nil {
+		files := strings.Split(*compare, ",")
+		if len(files) != 2 {
+			return fmt.Errorf("-compare takes two reports: -compare=OLD.json,NEW.json")
+		}
+		return bench.CompareFiles(os.Stdout, files[0], files[1])
+	}
+	o := bench.Options{Build: cli.Options(platforms, nil, nil), Registry: cli.Str(registry)}
+	if runs != nil {
+		o.Runs = *runs
+	}
+	if module != nil {
+		dir := *module
+		if mod, ok := strings.CutPrefix(dir, "modcache:"); ok {
+			copyDir, cleanup, err := bench.CopyFromModuleCache(ctx, mod)
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			dir = copyDir
+		}
+		o.Build.Module = dir
+		if root, err := os.Getwd(); err == nil {
+			o.Out = filepath.Join(root, "_output", "bench")
+		}
+	}
+	o.Build.Packages = cli.List(packages)
+	report, files, err := bench.Run(ctx, o)
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	if err := report.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	fmt.Printf("\n%s\n", strings.Join(files, "\n"))
+	return nil
+}
+
+// The release pipeline: stamped release assets and every image pushed.
+//
+// Stamps version (git describe or VERSION), commit and tree state (a dirty
+// tree refuses unless -force); writes the release assets with SHA256SUMS under
+// _output/release/<version>/; pushes every image for linux/amd64,
+// linux/arm64 and linux/arm/v7 with provenance and SBOM attestations.
+//
+//	-registry=HOST[:PORT]   where images go (or REGISTRY)
+//	-dryrun                 show what would be published
+//	-latest, -insecure      as for images:push
+//	-force                  release a tree with uncommitted changes
+func Release(ctx context.Context, registry *string, latest *bool, insecure *bool, dryrun *bool, force *bool, progress *string) error {
+	o := cli.Options(nil, nil, progress)
+	r := publish.ReleaseOptions{
+		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), Insecure: cli.Bool(insecure)},
+		DryRun:      cli.Bool(dryrun),
+		Force:       cli.Bool(force),
+	}
+	sum, err := publish.Release(ctx, o, r)
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	verb := "published"
+	if sum.DryRun {
+		verb = "would publish (dry run)"
+	}
+	fmt.Printf("release %s (commit %s, tree %s) %s:\n", sum.Version, sum.Commit, sum.TreeState, verb)
+	for _, img := range sum.Images {
+		fmt.Printf("  image %s [%s] %s\n", strings.Join(img.Refs, ", "), strings.Join(sum.Platforms, ", "), img.Digest)
+	}
+	for _, a := range sum.Assets {
+		fmt.Printf("  asset %s/%s %s\n", sum.AssetsDir, a.Name, a.SHA256)
+	}
+	return nil
+}
