@@ -100,6 +100,9 @@ binaries:
     package: ./cmd/hello
 stamp:
   package: example.com/adopter/pkg/version
+cache:
+  gocache: adopter-gocache
+  gomodcache: adopter-gomodcache
 repository: adopter
 tag: dev
 source: https://example.com/adopter
