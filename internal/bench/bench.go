@@ -272,11 +272,7 @@ func (r *runner) goEnv(gocache string, target string, cgo string) []string {
 	env := os.Environ()
 	env = append(env, "GOCACHE="+gocache, "CGO_ENABLED="+cgo, "GOFLAGS=-mod=readonly", "GOWORK=off")
 	plat, _ := config.ParsePlatform(target)
-	env = append(env, "GOOS="+plat.OS, "GOARCH="+plat.Architecture)
-	if arm := config.GOARM(plat); arm != "" {
-		env = append(env, "GOARM="+arm)
-	}
-	return env
+	return append(env, plan.TargetEnv(plat)...)
 }
 
 // nativeBuild builds every binary for every platform on the host, one go

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 )
 
@@ -33,28 +34,11 @@ func write(r *Report, dir string) ([]string, error) {
 		r.WriteSVG,
 	}
 	for i, f := range files {
-		if err := writeFile(f, writers[i]); err != nil {
+		if err := buildkit.WriteAtomic(f, writers[i]); err != nil {
 			return nil, err
 		}
 	}
 	return files, nil
-}
-
-func writeFile(path string, write func(io.Writer) error) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		os.Remove(tmp)
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // Read loads a JSON report.

@@ -1,5 +1,8 @@
-// Package build wires the stages of the flow for the mage targets: config,
-// plan, toolchain, LLB graph, solve and export. It holds no stage logic itself.
+// Package build orchestrates a build: it loads and checks the request,
+// connects to BuildKit, resolves the plan for the worker, assembles the graph
+// (package image) and solves it into outputs: OCI layouts, binaries, size
+// reports, reproducibility diffs and the explain record. Publishing (push,
+// containerd, releases) builds on its Session in package publish.
 package build
 
 import (
@@ -11,15 +14,16 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"strings"
 
+	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/client/llb"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	bksession "github.com/moby/buildkit/session"
 	"github.com/moby/patternmatcher/ignorefile"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -101,10 +105,22 @@ func (o *Options) progress() (string, error) {
 // Plan loads and validates the configuration and resolves the plan, without
 // contacting BuildKit.
 func Plan(opts Options) (*plan.Plan, error) {
-	return resolve(opts, nil)
+	req, err := load(opts)
+	if err != nil {
+		return nil, err
+	}
+	return plan.Resolve(req.root, req.cfg, req.po)
 }
 
-func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) {
+// request is what the user asked for, loaded and validated: the project
+// root (or -module's), its configuration and the plan options.
+type request struct {
+	root string
+	cfg  *config.Config
+	po   plan.Options
+}
+
+func load(opts Options) (*request, error) {
 	root, err := opts.root()
 	if err != nil {
 		return nil, err
@@ -121,7 +137,7 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 			return nil, err
 		}
 	}
-	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images, BuildPlatform: buildPlatform}
+	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images}
 	list, source := opts.Platforms, "-platforms"
 	if list == "" {
 		list, source = os.Getenv("PLATFORMS"), "PLATFORMS"
@@ -131,7 +147,7 @@ func resolve(opts Options, buildPlatform *ocispec.Platform) (*plan.Plan, error) 
 			return nil, fmt.Errorf("%s: %w", source, err)
 		}
 	}
-	return plan.Resolve(root, cfg, po)
+	return &request{root: root, cfg: cfg, po: po}, nil
 }
 
 // external is this repository's configuration applied to another module:
@@ -189,16 +205,42 @@ func firstOf(flag, configured string) string {
 	return configured
 }
 
+// Start checks everything the user wrote (configuration, flags, cache
+// specs), then contacts BuildKit, learns the worker's platform, resolves the
+// plan once for it and fetches the toolchain.
 func Start(ctx context.Context, opts Options) (*Session, error) {
 	mode, err := opts.progress()
 	if err != nil {
 		return nil, err
 	}
-	p, err := Plan(opts) // every configuration error before the daemon is contacted
+	req, err := load(opts)
 	if err != nil {
 		return nil, err
 	}
-	excludes, err := dockerignore(p.Root)
+	cacheTo, err := buildkit.CacheEntries(opts.CacheTo, req.cfg.Cache.To, "-cacheto")
+	if err != nil {
+		return nil, err
+	}
+	cacheFrom, err := buildkit.CacheEntries(opts.CacheFrom, req.cfg.Cache.From, "-cachefrom")
+	if err != nil {
+		return nil, err
+	}
+	goCacheTo, goCacheFrom := firstOf(opts.GoCacheTo, req.cfg.Cache.GoCacheTo), firstOf(opts.GoCacheFrom, req.cfg.Cache.GoCacheFrom)
+	if goCacheTo != "" {
+		if _, _, err := goCacheRepo(goCacheTo, "-gocacheto"); err != nil {
+			return nil, err
+		}
+	}
+	if goCacheFrom != "" {
+		if _, _, err := goCacheRepo(goCacheFrom, "-gocachefrom"); err != nil {
+			return nil, err
+		}
+	}
+	excludes, err := dockerignore(req.root)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := buildkit.CacheDir()
 	if err != nil {
 		return nil, err
 	}
@@ -206,28 +248,45 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+
 	d, err := buildkit.Connect(ctx, kilnRoot)
 	if err != nil {
 		return nil, err
 	}
-	if bp, err := workerPlatform(ctx, d); err != nil {
-		d.Close()
-		return nil, err
-	} else if config.FormatPlatform(bp) != config.FormatPlatform(p.BuildPlatform) {
-		logrus.Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
-		if p, err = resolve(opts, &bp); err != nil {
-			d.Close()
-			return nil, err
-		}
-	}
-	cache, err := buildkit.CacheDir()
+	s, err := start(ctx, d, req, cache, excludes)
 	if err != nil {
 		d.Close()
+		return nil, err
+	}
+	s.mode, s.out = mode, opts.ProgressOut
+	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
+	s.Golang.TraceCompiles = opts.TraceCompiles
+	s.goCacheTo, s.goCacheMax = goCacheTo, opts.GoCacheMax
+	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
+		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
+	}
+	if goCacheFrom != "" {
+		s.seedGoCache(ctx, goCacheFrom, cache)
+	}
+	return s, nil
+}
+
+// start resolves the plan for the daemon's worker and wires its sources.
+func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, excludes []string) (*Session, error) {
+	bp, err := workerPlatform(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if host := config.FormatPlatform(ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}); config.FormatPlatform(bp) != host {
+		log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
+	}
+	req.po.BuildPlatform = &bp
+	p, err := plan.Resolve(req.root, req.cfg, req.po)
+	if err != nil {
 		return nil, err
 	}
 	tcDir, err := golang.FetchToolchain(ctx, p.Toolchain, cache)
 	if err != nil {
-		d.Close()
 		return nil, err
 	}
 	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
@@ -235,47 +294,22 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	var attach []bksession.Attachable
 	if len(p.Modules) > 0 {
 		locals[golang.LocalCACerts] = "/etc/ssl/certs"
-		if fetch, err = golang.ResolveFetch(cache); err == nil {
+		if fetch, err = golang.ResolveFetch(ctx, cache); err == nil {
 			attach, err = fetch.Attachables()
 		}
 		if err != nil {
-			d.Close()
 			return nil, err
 		}
 		maps.Copy(locals, fetch.Locals())
 	}
-	s := &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, mode: mode, out: opts.ProgressOut, attach: attach}
-	if s.cacheTo, err = buildkit.CacheEntries(opts.CacheTo, p.Cache.To, "-cacheto"); err != nil {
-		d.Close()
-		return nil, err
-	}
-	if s.cacheFrom, err = buildkit.CacheEntries(opts.CacheFrom, p.Cache.From, "-cachefrom"); err != nil {
-		d.Close()
-		return nil, err
-	}
-	s.cacheFrom = buildkit.JobCacheImports(s.cacheFrom)
-	s.Golang.TraceCompiles = opts.TraceCompiles
-	s.goCacheTo, s.goCacheMax = firstOf(opts.GoCacheTo, p.Cache.GoCacheTo), opts.GoCacheMax
-	if s.goCacheMax == 0 && p.Cache.GoCacheMax != "" {
-		s.goCacheMax, _ = config.ParseSize(p.Cache.GoCacheMax) // validated by config.Load
-	}
-	if s.goCacheTo != "" {
-		if _, _, err := goCacheRepo(s.goCacheTo, "-gocacheto"); err != nil {
-			d.Close()
-			return nil, err
-		}
-	}
-	if from := firstOf(opts.GoCacheFrom, p.Cache.GoCacheFrom); from != "" {
-		s.seedGoCache(ctx, from, cache)
-	}
-	return s, nil
+	return &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, attach: attach}, nil
 }
 
 func (s *Session) Close() { s.daemon.Close() }
 
-func (s *Session) solveOptions() buildkit.SolveOptions {
+func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
 	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
-		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(), s.attach...), Hint: plan.Hint}
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx), s.attach...), Hint: plan.Hint}
 }
 
 func workerPlatform(ctx context.Context, d *buildkit.Daemon) (ocispec.Platform, error) {
@@ -445,7 +479,7 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   dest,
 	}
-	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions())
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions(ctx))
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -42,7 +43,7 @@ func record(opts Options, g *image.Graph, steps buildkit.Steps) ([]explain.Expla
 			return nil, err
 		}
 	}
-	if err := writeAtomic(filepath.Join(dir, lastBuild), func(f *os.File) error { return json.NewEncoder(f).Encode(now) }); err != nil {
+	if err := buildkit.WriteAtomic(filepath.Join(dir, lastBuild), func(f io.Writer) error { return json.NewEncoder(f).Encode(now) }); err != nil {
 		return nil, err
 	}
 	return explain.Explain(now, prev), nil

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/containerd/log"
 	dockerconfig "github.com/docker/cli/cli/config"
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
-	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -45,7 +45,7 @@ func goCacheRepo(repo, flag string) (string, bool, error) {
 func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string) {
 	repo, plainHTTP, err := goCacheRepo(repo, "-gocachefrom")
 	if err != nil {
-		logrus.Warnf("Go cache snapshot: %v; building without it", err)
+		log.G(ctx).Warnf("Go cache snapshot: %v; building without it", err)
 		return
 	}
 	cfg, _ := dockerconfig.Load(buildkit.DockerConfigDir())
@@ -65,13 +65,13 @@ func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.Plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: creds, Max: s.goCacheMax})
 	switch {
 	case errors.Is(err, gocache.ErrNotFound):
-		logrus.Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
+		log.G(ctx).Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
 		return
 	case err != nil:
-		logrus.Warnf("Go cache snapshot rejected: %v; building without it (slower, never wrong)", err)
+		log.G(ctx).Warnf("Go cache snapshot rejected: %v; building without it (slower, never wrong)", err)
 		return
 	}
-	logrus.Infof("Go cache snapshot %s (%s): %d entries, %d MiB", snap.Ref, snap.Digest, snap.Entries, snap.Bytes>>20)
+	log.G(ctx).Infof("Go cache snapshot %s (%s): %d entries, %d MiB", snap.Ref, snap.Digest, snap.Entries, snap.Bytes>>20)
 	s.locals[golang.LocalGoCacheSnapshot] = snap.Dir
 	s.Golang.Seed(snap.Dir, snap.Digest)
 }
@@ -108,7 +108,7 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 		},
 		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
 	}
-	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions())
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
 	}
@@ -121,7 +121,7 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 // several refs, and a daemon importing them all then reran some of those
 // steps now and then.
 func (s *Session) SolveImages(ctx context.Context, jobs []buildkit.Job) (*buildkit.Outcome, error) {
-	opts := s.solveOptions()
+	opts := s.solveOptions(ctx)
 	opts.CacheExports = nil
 	out, err := s.daemon.Solve(ctx, jobs, opts)
 	if err != nil || len(s.cacheTo) == 0 {
@@ -152,7 +152,7 @@ func (s *Session) SolveImages(ctx context.Context, jobs []buildkit.Job) (*buildk
 		},
 		FrontendAttrs: map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")},
 	}
-	cached, err := s.daemon.Solve(ctx, []buildkit.Job{cacheJob}, s.solveOptions())
+	cached, err := s.daemon.Solve(ctx, []buildkit.Job{cacheJob}, s.solveOptions(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("export the layer cache: %w", err)
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/log"
+	"github.com/sirupsen/logrus"
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/kiln-build/kiln/internal/build"
@@ -50,15 +52,18 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 	})
 	opts := build.Options{Root: testdaemon.RepoRoot(t), Module: fixture, Packages: []string{"./cmd/a", "./cmd/b"},
 		Platforms: "linux/amd64", Progress: "plain", TraceCompiles: true}
-	run := func(t *testing.T, o build.Options) (*build.BinariesOutcome, string) {
+	runIn := func(ctx context.Context, t *testing.T, o build.Options) (*build.BinariesOutcome, string) {
 		t.Helper()
 		var progress bytes.Buffer
 		o.OutDir, o.ProgressOut = t.TempDir(), &progress
-		out, err := build.Binaries(context.Background(), o)
+		out, err := build.Binaries(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return out, progress.String()
+	}
+	run := func(t *testing.T, o build.Options) (*build.BinariesOutcome, string) {
+		return runIn(context.Background(), t, o)
 	}
 
 	var published *build.GoCacheResult
@@ -123,11 +128,11 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		}
 		testdaemon.Buildkit(t)
 		freshKilnCache(t)
-		hook := logtest.NewGlobal()
-		t.Cleanup(hook.Reset)
+		logger, hook := logtest.NewNullLogger()
+		ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger))
 		o := opts
 		o.GoCacheFrom = repo
-		out, progress := run(t, o)
+		out, progress := runIn(ctx, t, o)
 		var logs strings.Builder
 		for _, e := range hook.AllEntries() {
 			logs.WriteString(e.Level.String() + ": " + e.Message + "\n")

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
@@ -71,14 +73,14 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 		return nil, err
 	}
 	report.CompareTo(prev)
-	if err := writeAtomic(filepath.Join(dir, sizeJSON), func(f *os.File) error {
+	if err := buildkit.WriteAtomic(filepath.Join(dir, sizeJSON), func(f io.Writer) error {
 		enc := json.NewEncoder(f)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
 	}); err != nil {
 		return nil, err
 	}
-	if err := writeAtomic(filepath.Join(dir, sizeSVG), func(f *os.File) error { return report.WriteSVG(f) }); err != nil {
+	if err := buildkit.WriteAtomic(filepath.Join(dir, sizeSVG), func(f io.Writer) error { return report.WriteSVG(f) }); err != nil {
 		return nil, err
 	}
 	return report, nil
@@ -114,24 +116,4 @@ func readJSON[T any](path, what string) (*T, error) {
 		return nil, fmt.Errorf("%s: not a %s (delete it to start afresh): %w", path, what, err)
 	}
 	return &v, nil
-}
-
-// writeAtomic writes a file under a temporary name and renames it.
-func writeAtomic(path string, write func(*os.File) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

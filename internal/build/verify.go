@@ -4,14 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/sirupsen/logrus"
+	"github.com/containerd/log"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/verify"
@@ -64,7 +66,7 @@ func Verify(ctx context.Context, opts Options) (*verify.Report, error) {
 	}
 	switch {
 	case len(missing) == len(p.Images):
-		logrus.Warn("no images under _output/images: building them first")
+		log.G(ctx).Warn("no images under _output/images: building them first")
 		if _, err := Images(ctx, opts); err != nil {
 			return nil, err
 		}
@@ -126,7 +128,7 @@ func quickChecksOnce(opts Options, p *plan.Plan, images []ImageResult) (*verify.
 		return nil, err
 	}
 	if report.Failed() == 0 {
-		if err := writeAtomic(marker, func(f *os.File) error { _, err := f.WriteString(key.String()); return err }); err != nil {
+		if err := buildkit.WriteAtomic(marker, func(f io.Writer) error { _, err := io.WriteString(f, key.String()); return err }); err != nil {
 			return nil, err
 		}
 	}

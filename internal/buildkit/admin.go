@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/moby/buildkit/client"
 )
 
@@ -83,9 +84,9 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	fmt.Fprintln(tw, "KIND\tRECORDS\tSIZE\tRECLAIMABLE")
 	for _, n := range names {
 		k := byKind[n]
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", n, k.count, human(k.size), human(k.reclaimable))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", n, k.count, config.FormatSize(k.size), config.FormatSize(k.reclaimable))
 	}
-	fmt.Fprintf(tw, "total\t%d\t%s\t\n", len(usage), human(total))
+	fmt.Fprintf(tw, "total\t%d\t%s\t\n", len(usage), config.FormatSize(total))
 	return tw.Flush()
 }
 
@@ -122,7 +123,7 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	if all {
 		kept = ""
 	}
-	fmt.Fprintf(w, "pruned %d records, %s freed%s\n", records, human(freed), kept)
+	fmt.Fprintf(w, "pruned %d records, %s freed%s\n", records, config.FormatSize(freed), kept)
 	return nil
 }
 
@@ -131,17 +132,4 @@ func suffix(variant string) string {
 		return ""
 	}
 	return "/" + variant
-}
-
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%dB", n)
-	}
-	div, exp := int64(unit), 0
-	for x := n / unit; x >= unit; x /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f%ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }

@@ -1,12 +1,13 @@
 // Package buildkit owns the solve stage: it finds or starts a BuildKit daemon,
-// solves the LLB graph on it with progress, and exports the results without
-// leaving partial files behind.
+// solves the LLB graph on it with progress, wires layer caches and registry
+// credentials into the solve, and exports the results without leaving
+// partial files behind.
 package buildkit
 
 import (
 	"bytes"
-	_ "embed"
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
-	"github.com/sirupsen/logrus"
 )
 
 // Version is the buildkitd kiln manages; tools/buildkitd.mod pins the same.
@@ -135,7 +136,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 	if err := m.EnsureBinary(ctx); err != nil {
 		return nil, err
 	}
-	if err := m.start(); err != nil {
+	if err := m.start(ctx); err != nil {
 		return nil, err
 	}
 	c, err := m.connect(ctx, 60*time.Second)
@@ -225,7 +226,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	if _, err := os.Stat(m.Binary()); err == nil {
 		return nil // built while we waited
 	}
-	logrus.Infof("building buildkitd %s into %s (once; about two minutes)", Version, m.BinDir)
+	log.G(ctx).Infof("building buildkitd %s into %s (once; about two minutes)", Version, m.BinDir)
 	tools, err := os.MkdirTemp(m.BinDir, "tools-")
 	if err != nil {
 		return err
@@ -249,10 +250,10 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 }
 
 // start launches buildkitd detached, so it outlives this invocation.
-func (m *Managed) start() error {
+func (m *Managed) start(ctx context.Context) error {
 	if pid, ok := m.Running(); ok {
 		// A daemon that holds the pid file but does not answer is wedged.
-		logrus.Warnf("buildkitd (pid %d) does not answer; restarting it", pid)
+		log.G(ctx).Warnf("buildkitd (pid %d) does not answer; restarting it", pid)
 		m.kill(pid)
 	}
 	os.Remove(m.socket())
@@ -278,7 +279,7 @@ func (m *Managed) start() error {
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", m.Binary(), err)
 	}
-	logrus.Infof("started buildkitd %s (pid %d) on %s; log: %s", Version, cmd.Process.Pid, m.Address(), m.LogFile())
+	log.G(ctx).Infof("started buildkitd %s (pid %d) on %s; log: %s", Version, cmd.Process.Pid, m.Address(), m.LogFile())
 	if err := os.WriteFile(m.pidFile(), []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o600); err != nil {
 		return err
 	}
@@ -356,7 +357,7 @@ func ensureRunc(ctx context.Context) error {
 	if geteuid() != 0 || debian != nil {
 		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; %s", remedy)
 	}
-	logrus.Warn("runc not found in PATH; installing the Debian package runc (apt-get install -y runc)")
+	log.G(ctx).Warn("runc not found in PATH; installing the Debian package runc (apt-get install -y runc)")
 	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "runc"}} {
 		cmd := exec.CommandContext(ctx, "apt-get", args...)
 		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive")

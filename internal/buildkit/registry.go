@@ -1,6 +1,7 @@
 package buildkit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -8,13 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/containerd/log"
 	"github.com/distribution/reference"
 	dockerconfig "github.com/docker/cli/cli/config"
 	"github.com/moby/buildkit/client"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	bksession "github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/session/auth/authprovider"
-	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/config"
 )
@@ -63,10 +64,10 @@ func DockerConfigPath() string {
 
 // AuthSession gives BuildKit the Docker config's credentials, on demand:
 // they never enter the LLB definition, the logs or an image.
-func AuthSession() []bksession.Attachable {
+func AuthSession(ctx context.Context) []bksession.Attachable {
 	cfg, err := dockerconfig.Load(DockerConfigDir())
 	if err != nil {
-		logrus.Warnf("read %s: %v; pushing without credentials", DockerConfigPath(), err)
+		log.G(ctx).Warnf("read %s: %v; pushing without credentials", DockerConfigPath(), err)
 	}
 	return []bksession.Attachable{authprovider.NewDockerAuthProvider(authprovider.DockerAuthProviderConfig{
 		AuthConfigProvider: authprovider.LoadAuthConfig(cfg),

@@ -269,8 +269,16 @@ func Replace(tmp, dest string) error {
 	if err != nil {
 		return err
 	}
+	// Temporary names are created 0600/0700; outputs are for everyone to
+	// read, as go build's are.
 	if !fi.IsDir() {
+		if err := os.Chmod(tmp, 0o644); err != nil {
+			return err
+		}
 		return os.Rename(tmp, dest)
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return err
 	}
 	old := ""
 	if _, err := os.Stat(dest); err == nil {
@@ -395,4 +403,25 @@ func (v *vertexLogs) failed() (string, string) {
 		out += "\n"
 	}
 	return v.names[dg], out + v.errs[dg]
+}
+
+// WriteAtomic writes a file under a temporary name in its directory and
+// renames it into place, so readers see the old file or the whole new one.
+func WriteAtomic(path string, write func(io.Writer) error) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return Replace(f.Name(), path)
 }

@@ -202,3 +202,15 @@ func FuzzParsePlatform(f *testing.F) {
 		}
 	})
 }
+
+func TestParsePlatformRefusesVariantsGoCannotTarget(t *testing.T) {
+	for in, want := range map[string]string{"linux/arm64/v8": "linux/arm64", "linux/arm64": "linux/arm64", "linux/arm": "linux/arm/v7", "linux/arm/v6": "linux/arm/v6"} {
+		p, err := ParsePlatform(in)
+		if err != nil || FormatPlatform(p) != want {
+			t.Errorf("ParsePlatform(%q) = %s, %v; want %s", in, FormatPlatform(p), err, want)
+		}
+	}
+	if _, err := ParsePlatform("linux/arm64/v9"); err == nil || !strings.Contains(err.Error(), "v8 only") {
+		t.Errorf("linux/arm64/v9 gave %v, want it refused", err)
+	}
+}

@@ -33,6 +33,10 @@ func ParsePlatform(s string) (ocispec.Platform, error) {
 		p.Variant = "v7"
 	}
 	if p.Architecture == "arm64" {
+		// v8 is what every arm64 image means; Go has no other arm64 target.
+		if p.Variant != "" && p.Variant != "v8" {
+			return ocispec.Platform{}, fmt.Errorf("unsupported platform %q: Go builds arm64 for v8 only (write linux/arm64)", s)
+		}
 		p.Variant = ""
 	}
 	if !slices.Contains(supported, FormatPlatform(p)) {

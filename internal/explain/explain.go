@@ -17,6 +17,8 @@ import (
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -56,6 +58,7 @@ func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
 	}
 	for _, target := range p.Platforms {
 		plat := config.FormatPlatform(target)
+		link := func(binary string) string { return golang.LinkStepName(binary, target) }
 		all := map[string]string{"platform": plat}
 		for _, b := range p.Binaries {
 			step := map[string]string{"platform": plat}
@@ -68,18 +71,18 @@ func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
 				step["file "+f] = h
 				all["file "+f] = h
 			}
-			in[fmt.Sprintf("[%s %s] go build", b.Name, plat)] = step
+			in[link(b.Name)] = step
 		}
 		maps.Copy(all, shared)
-		in[fmt.Sprintf("[%s] compile packages", plat)] = all
+		in[golang.PackageStepName(target)] = all
 		for _, img := range p.Images {
 			step := map[string]string{"created": fmt.Sprint(p.SourceDateEpoch)}
 			cfg, _ := json.Marshal(img.Image)
 			step["image.yaml"] = short(cfg)
 			for _, b := range img.Binaries {
-				step["binary "+b] = short([]byte(fmt.Sprint(in[fmt.Sprintf("[%s %s] go build", b, plat)])))
+				step["binary "+b] = short([]byte(fmt.Sprint(in[link(b)])))
 			}
-			in[fmt.Sprintf("[%s %s] assemble image", img.Name, plat)] = step
+			in[image.AssembleStepName(img.Name, target)] = step
 		}
 	}
 	for name, step := range in {

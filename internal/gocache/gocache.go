@@ -46,8 +46,7 @@ func Tags(p *plan.Plan) []string {
 	exact := sha256.New()
 	exact.Write(base.Sum(nil))
 	for _, f := range p.ModFiles {
-		dt, _ := os.ReadFile(filepath.Join(p.Root, f))
-		fmt.Fprintf(exact, "%s %x\n", f, sha256.Sum256(dt))
+		fmt.Fprintf(exact, "%s %s\n", f, p.ModFileHashes[f])
 	}
 	prefix := fmt.Sprintf("go%s-%s-%s-", p.Toolchain.GoVersion, p.BuildPlatform.OS, p.BuildPlatform.Architecture)
 	return []string{

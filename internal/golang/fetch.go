@@ -3,6 +3,7 @@ package golang
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,10 +17,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/containerd/log"
 	"github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/session/secrets/secretsprovider"
 	"github.com/moby/buildkit/session/sshforward/sshprovider"
-	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/plan"
 )
@@ -77,7 +78,7 @@ type Proxy struct {
 }
 
 // ResolveFetch reads the caller's Go module environment (`go env`).
-func ResolveFetch(cacheDir string) (*Fetch, error) {
+func ResolveFetch(ctx context.Context, cacheDir string) (*Fetch, error) {
 	keys := []string{"GOPROXY", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOSUMDB", "GOINSECURE", "GOFLAGS"}
 	out, err := exec.Command("go", append([]string{"env", "-json"}, keys...)...).Output()
 	if err != nil {
@@ -133,7 +134,7 @@ func ResolveFetch(cacheDir string) (*Fetch, error) {
 	}
 	f.SSHAgent = os.Getenv("SSH_AUTH_SOCK")
 	if f.Tools, err = VCSTools(cacheDir); err != nil {
-		logrus.Warnf("modules fetched directly need git: %v", err)
+		log.G(ctx).Warnf("modules fetched directly need git: %v", err)
 		f.Tools = ""
 	}
 	return f, nil
@@ -144,15 +145,9 @@ func ResolveFetch(cacheDir string) (*Fetch, error) {
 func (f *Fetch) rewriteProxy(goproxy string, netrc io.Writer) (string, error) {
 	f.Offline = true
 	var out strings.Builder
-	rest := goproxy
-	for rest != "" {
-		entry, sep := rest, ""
-		if i := strings.IndexAny(rest, ",|"); i >= 0 {
-			entry, sep, rest = rest[:i], rest[i:i+1], rest[i+1:]
-		} else {
-			rest = ""
-		}
-		switch entry = strings.TrimSpace(entry); {
+	for _, e := range plan.ProxyEntries(goproxy) {
+		entry, sep := e.URL, e.Sep
+		switch {
 		case entry == "off" || entry == "":
 		case entry == "direct":
 			f.Direct = true

@@ -32,6 +32,8 @@ const (
 	goCache    = "/root/.cache/go-build"
 	goModCache = "/go/pkg/mod"
 	caDir      = "/etc/ssl/certs"
+	// workFile is the workspace file of a go.work build.
+	workFile = srcDir + "/go.work"
 )
 
 // ContextExcludes are never sent to BuildKit, on top of .dockerignore.
@@ -136,7 +138,7 @@ func (g *Graph) downloadModules() llb.State {
 	args := append([]string{goroot + "/bin/go", "mod", "download"}, g.Plan.Modules...)
 	gowork := "off"
 	if g.Plan.Workspace {
-		gowork = plan.WorkFile
+		gowork = workFile
 	}
 	common := []llb.RunOption{
 		llb.Args(args),
@@ -220,14 +222,24 @@ func Env(p *plan.Plan, target ocispec.Platform) []string {
 		"GOMODCACHE=" + goModCache,
 	}
 	env = append(env, p.GoEnv.Env...)
-	env = append(env, "GOOS="+target.OS, "GOARCH="+target.Architecture)
-	if goarm := config.GOARM(target); goarm != "" {
-		env = append(env, "GOARM="+goarm)
+	if p.Workspace {
+		env = append(env, "GOWORK="+workFile)
 	}
-	return env
+	return append(env, plan.TargetEnv(target)...)
 }
 
-// Prepare compiles the packages of all the given binaries for one target
+// PackageStepName is the vertex name of a platform's package step; explain
+// and the tests find the step by it.
+func PackageStepName(target ocispec.Platform) string {
+	return fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target))
+}
+
+// LinkStepName is the vertex name of a binary's link step for a platform.
+func LinkStepName(binary string, target ocispec.Platform) string {
+	return fmt.Sprintf("[%s %s] go build", binary, config.FormatPlatform(target))
+}
+
+// CompilePackages compiles the packages of all the given binaries for one target
 // platform in one go process, filling GOCACHE. Separate go processes do not
 // share work in flight: without this step, every per-binary compile would
 // build the same standard library packages side by side. It is `go list
@@ -236,8 +248,8 @@ func Env(p *plan.Plan, target ocispec.Platform) []string {
 // Its output is an empty directory, so the steps that wait for it are keyed
 // on its (constant) content and stay cached when an edit touched only other
 // binaries.
-func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
-	args, union := g.prepareArgs(bins)
+func (g *Graph) CompilePackages(bins []plan.Binary, target ocispec.Platform) llb.State {
+	args, union := g.packageArgs(bins)
 	if g.TraceCompiles {
 		args = append(args[:2], append([]string{"-x"}, args[2:]...)...)
 	}
@@ -245,13 +257,13 @@ func (g *Graph) Prepare(bins []plan.Binary, target ocispec.Platform) llb.State {
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}
-	run := g.GoCommand(args, g.Sources(union), target, fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target)), extra...)
+	run := g.GoCommand(args, g.Sources(union), target, PackageStepName(target), extra...)
 	return run.AddMount(outDir, llb.Scratch())
 }
 
-// prepareArgs is the go list command that compiles the binaries' packages,
+// packageArgs is the go list command that compiles the binaries' packages,
 // and the binary whose files are the union of theirs.
-func (g *Graph) prepareArgs(bins []plan.Binary) ([]string, plan.Binary) {
+func (g *Graph) packageArgs(bins []plan.Binary) ([]string, plan.Binary) {
 	files := map[string]bool{}
 	var pkgs []string
 	for _, b := range bins {
@@ -266,23 +278,24 @@ func (g *Graph) prepareArgs(bins []plan.Binary) ([]string, plan.Binary) {
 	return append(args, pkgs...), union
 }
 
-// Compile links one binary for one target platform on the build platform,
-// without network, after prepared (the Prepare step of that platform) has
-// compiled its packages. The result holds the binary at /<name>.
-func (g *Graph) Compile(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
-	return g.link(b, src, prepared, target, g.Plan.GoEnv.BuildArgs, "go build")
+// Link links one binary for one target platform on the build platform,
+// without network, after compiled (the CompilePackages step of that
+// platform) has filled GOCACHE with its packages. The result holds the
+// binary at /<name>.
+func (g *Graph) Link(b plan.Binary, src, compiled llb.State, target ocispec.Platform) llb.State {
+	return g.link(b, src, compiled, target, g.Plan.GoEnv.BuildArgs, LinkStepName(b.Name, target))
 }
 
-// CompileWithSymbols is Compile keeping the symbol table (no -s -w), for size
+// LinkWithSymbols is Link keeping the symbol table (no -s -w), for size
 // reports. Only the link differs, so the compiled packages come from GOCACHE.
-func (g *Graph) CompileWithSymbols(b plan.Binary, src, prepared llb.State, target ocispec.Platform) llb.State {
-	return g.link(b, src, prepared, target, withSymbols(g.Plan.GoEnv.BuildArgs), "go build with symbols")
+func (g *Graph) LinkWithSymbols(b plan.Binary, src, compiled llb.State, target ocispec.Platform) llb.State {
+	return g.link(b, src, compiled, target, withSymbols(g.Plan.GoEnv.BuildArgs), LinkStepName(b.Name, target)+" with symbols")
 }
 
-func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Platform, flags []string, step string) llb.State {
+func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Platform, flags []string, name string) llb.State {
 	args := append([]string{goroot + "/bin/go", "build"}, flags...)
 	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
-	run := g.GoCommand(args, src, target, fmt.Sprintf("[%s %s] %s", b.Name, config.FormatPlatform(target), step),
+	run := g.GoCommand(args, src, target, name,
 		llb.AddMount("/kiln/prepared", prepared, llb.Readonly))
 	return run.AddMount(outDir, llb.Scratch())
 }

@@ -52,7 +52,7 @@ type snapshotRun struct {
 // each action. Packages missing from GOCACHE are compiled first. It fails
 // when the entries pass max bytes.
 func (g *Graph) Snapshot(bins []plan.Binary, targets []ocispec.Platform, max int64) llb.State {
-	args, union := g.prepareArgs(bins)
+	args, union := g.packageArgs(bins)
 	spec := struct {
 		GoCache string        `json:"gocache"`
 		Max     int64         `json:"max"`

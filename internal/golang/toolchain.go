@@ -10,13 +10,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
-	"github.com/sirupsen/logrus"
+	"github.com/containerd/log"
 
 	"github.com/kiln-build/kiln/internal/plan"
 )
@@ -36,7 +35,7 @@ func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (st
 		return "", err
 	}
 	u := fmt.Sprintf("%s/%s/@v/%s.zip", strings.TrimSuffix(proxy, "/"), toolchainModulePath, tc.Module)
-	logrus.Infof("downloading Go %s toolchain (%s@%s)", tc.GoVersion, toolchainModulePath, tc.Module)
+	log.G(ctx).Infof("downloading Go %s toolchain (%s@%s)", tc.GoVersion, toolchainModulePath, tc.Module)
 
 	if err := os.MkdirAll(filepath.Join(cacheDir, "toolchain"), 0o755); err != nil {
 		return "", err
@@ -50,11 +49,11 @@ func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (st
 
 	sum, size, err := download(ctx, u, zipFile)
 	if err != nil {
-		return "", fmt.Errorf("download Go toolchain %s from GOPROXY %s: %w", tc.Module, redact(proxy), err)
+		return "", fmt.Errorf("download Go toolchain %s from GOPROXY %s: %w", tc.Module, plan.RedactURL(proxy), err)
 	}
 	if sum != tc.SHA256 {
 		return "", fmt.Errorf("build/kiln.yaml: toolchain.sha256: the proxy %s serves %s@%s with sha256 %s, not the pinned %s; check toolchain.go and the pin",
-			redact(proxy), toolchainModulePath, tc.Module, sum, tc.SHA256)
+			plan.RedactURL(proxy), toolchainModulePath, tc.Module, sum, tc.SHA256)
 	}
 	tmp, err := os.MkdirTemp(filepath.Join(cacheDir, "toolchain"), "extract-*")
 	if err != nil {
@@ -79,21 +78,12 @@ func moduleProxy() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("read GOPROXY with `go env GOPROXY`: %w", err)
 	}
-	for _, entry := range strings.FieldsFunc(strings.TrimSpace(string(out)), func(r rune) bool { return r == ',' || r == '|' }) {
-		if strings.HasPrefix(entry, "https://") || strings.HasPrefix(entry, "http://") || strings.HasPrefix(entry, "file://") {
+	for _, e := range plan.ProxyEntries(string(out)) {
+		if entry := e.URL; strings.HasPrefix(entry, "https://") || strings.HasPrefix(entry, "http://") || strings.HasPrefix(entry, "file://") {
 			return entry, nil
 		}
 	}
 	return "", fmt.Errorf("GOPROXY=%q has no http(s) or file:// proxy to fetch the Go toolchain from; set GOPROXY to a module proxy", strings.TrimSpace(string(out)))
-}
-
-// redact drops credentials from a proxy URL before it is printed.
-func redact(proxy string) string {
-	u, err := url.Parse(proxy)
-	if err != nil {
-		return "(unparsable GOPROXY entry)"
-	}
-	return u.Redacted()
 }
 
 func download(ctx context.Context, u string, w io.Writer) (string, int64, error) {

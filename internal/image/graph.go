@@ -71,15 +71,15 @@ func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.Sta
 	}
 	prepared, ok := s.prepared[platform]
 	if !ok {
-		prepared = s.Golang.Prepare(s.Plan.Binaries, target)
+		prepared = s.Golang.CompilePackages(s.Plan.Binaries, target)
 		s.prepared[platform] = prepared
 	}
 	b := s.Plan.Binary(name)
 	var st llb.State
 	if symbols {
-		st = s.Golang.CompileWithSymbols(*b, s.Golang.Sources(*b), prepared, target)
+		st = s.Golang.LinkWithSymbols(*b, s.Golang.Sources(*b), prepared, target)
 	} else {
-		st = s.Golang.Compile(*b, s.Golang.Sources(*b), prepared, target)
+		st = s.Golang.Link(*b, s.Golang.Sources(*b), prepared, target)
 	}
 	s.binaries[key] = st
 	return st

@@ -1,6 +1,9 @@
-// Package image owns image assembly: the root filesystem of one image for one
-// platform (scratch, a generated user database, /tmp and the binaries) and
-// its OCI image config.
+// Package image owns the LLB assembly of images: the graph of a plan (the
+// compile and link steps of package golang, shared by every image that
+// carries a binary), the root filesystem of one image for one platform
+// (scratch, a generated user database, /tmp and the binaries), its OCI
+// config, the SBOM attestation, the multi-platform gateway result and the
+// exporter attributes that make it reproducible.
 package image
 
 import (
@@ -21,6 +24,12 @@ import (
 
 // BinDir is where binaries go in every image.
 const BinDir = "/usr/local/bin"
+
+// AssembleStepName is the vertex name of an image's assembly for a platform;
+// explain finds the step by it.
+func AssembleStepName(image string, target ocispec.Platform) string {
+	return fmt.Sprintf("[%s %s] assemble image", image, config.FormatPlatform(target))
+}
 
 // Rootfs assembles the image for one platform. binaries maps a binary name
 // to the state holding it at /<name>; context holds the image folder files.
@@ -51,7 +60,7 @@ func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 			Mode: &llb.ChmodOpt{Mode: os.FileMode(mode)}, ChownOpt: ownerOpt(), CreatedTime: &created, CreateDestPath: true,
 		})
 	}
-	return llb.Scratch().Platform(target).File(fa, name("assemble image"), llb.ProgressGroup(img.Name, "image "+img.Name, false))
+	return llb.Scratch().Platform(target).File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))
 }
 
 func ownerOpt() *llb.ChownOpt {
@@ -88,7 +97,7 @@ func Config(p *plan.Plan, img plan.Image, target ocispec.Platform) ocispec.Image
 	maps.Copy(labels, img.Labels)
 	labels[ocispec.AnnotationCreated] = created.Format(time.RFC3339)
 	labels[ocispec.AnnotationVersion] = p.Stamp.Version
-	if rev := p.Revision(); rev != "" {
+	if rev := p.Revision; rev != "" {
 		labels[ocispec.AnnotationRevision] = rev
 	}
 	if p.Source != "" {

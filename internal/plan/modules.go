@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,9 +14,6 @@ import (
 
 	"github.com/kiln-build/kiln/internal/config"
 )
-
-// WorkFile is the workspace file inside every Go step (the sources are at /src).
-const WorkFile = "/src/go.work"
 
 // Module modes kiln passes to go as -mod.
 const (
@@ -69,10 +67,16 @@ func (p *Plan) resolveModules(cfg *config.Config) error {
 		return fmt.Errorf("%s: go list -m found no main module", p.Root)
 	}
 	var present []string
+	p.ModFileHashes = map[string]string{}
 	for _, f := range p.ModFiles {
-		if exists(filepath.Join(p.Root, f)) {
-			present = append(present, f)
+		data, err := os.ReadFile(filepath.Join(p.Root, f))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return err
 		}
+		present = append(present, f)
+		p.ModFileHashes[f] = fmt.Sprintf("%x", sha256.Sum256(data))
 	}
 	p.ModFiles = present
 	p.Module = paths[0]
@@ -168,7 +172,7 @@ func Hint(output string) string {
 		if i := strings.Index(proxy, "/"+m[1]+"/@v/"); i > 0 {
 			proxy = proxy[:i]
 		}
-		return fmt.Sprintf("\nmodule %s@%s: the proxy %s refused it (%s). If it is private, list it in GOPRIVATE (fetched directly, with your git credentials); otherwise serve it from a file:// GOPROXY directory, or vendor it with `go mod vendor`.", m[1], m[2], redactURL(proxy), m[4])
+		return fmt.Sprintf("\nmodule %s@%s: the proxy %s refused it (%s). If it is private, list it in GOPRIVATE (fetched directly, with your git credentials); otherwise serve it from a file:// GOPROXY directory, or vendor it with `go mod vendor`.", m[1], m[2], RedactURL(proxy), m[4])
 	}
 	if m := mismatchRE.FindStringSubmatch(output); m != nil {
 		return fmt.Sprintf("\nmodule %s@%s: its content does not match go.sum (checksum mismatch). The proxy serves other bytes than the ones recorded: check the proxy, or if the new content is right, remove its go.sum lines and run `go mod tidy`.", m[1], m[2])
@@ -180,16 +184,6 @@ func Hint(output string) string {
 		return fmt.Sprintf("\ngo.sum lacks the lines for %s: run `go mod tidy` and commit go.sum.", strings.TrimSuffix(m[1], ";"))
 	}
 	return ""
-}
-
-// redactURL drops user info from a proxy URL.
-func redactURL(u string) string {
-	if scheme, rest, ok := strings.Cut(u, "://"); ok {
-		if at := strings.LastIndex(rest, "@"); at >= 0 && at < strings.Index(rest+"/", "/") {
-			return scheme + "://" + rest[at+1:]
-		}
-	}
-	return u
 }
 
 func exists(path string) bool {

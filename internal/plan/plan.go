@@ -55,6 +55,13 @@ type Plan struct {
 	ModModeFrom string `json:"modModeFrom"`
 	// Workspace is true when Root's go.work drives the build.
 	Workspace bool `json:"workspace"`
+	// Revision is the commit for image labels: the real one even in
+	// development builds, since labels change only the image config, never
+	// a binary. Empty outside git.
+	Revision string `json:"revision"`
+	// ModFileHashes are the sha256 of each of ModFiles, read once here so
+	// no later stage reads go.mod again.
+	ModFileHashes map[string]string `json:"modFileHashes"`
 	// ModFiles are the go.mod, go.sum, go.work and go.work.sum files
 	// (Root-relative) the module download step reads, and nothing else.
 	ModFiles []string `json:"modFiles"`
@@ -115,6 +122,16 @@ type Options struct {
 	Images []string
 }
 
+// TargetEnv is what differs between the compiles of one build: GOOS,
+// GOARCH and, for arm, GOARM.
+func TargetEnv(target ocispec.Platform) []string {
+	env := []string{"GOOS=" + target.OS, "GOARCH=" + target.Architecture}
+	if goarm := config.GOARM(target); goarm != "" {
+		env = append(env, "GOARM="+goarm)
+	}
+	return env
+}
+
 // Dev stamp values: stable, so a commit does not relink every binary.
 const (
 	devVersion   = "v0.0.0-dev"
@@ -153,7 +170,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 	if err := p.resolveStamp(cfg, opts.Stamp); err != nil {
 		return nil, err
 	}
-	p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode, p.Workspace)
+	p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode)
 	if err := p.resolveBinaries(cfg); err != nil {
 		return nil, err
 	}
@@ -204,8 +221,10 @@ func toolchainModule(goVersion string, plat ocispec.Platform) string {
 	return fmt.Sprintf("v0.0.1-go%s.%s-%s", goVersion, plat.OS, plat.Architecture)
 }
 
-// goEnv derives the one Go environment. Keep it the only place that does.
-func goEnv(cfg *config.Config, stamp Stamp, modMode string, workspace bool) GoEnv {
+// goEnv derives the one Go environment. Keep it the only place that does;
+// TargetEnv adds the only values that differ between compiles, and the LLB
+// stage adds the paths inside its steps (GOCACHE, GOWORK…).
+func goEnv(cfg *config.Config, stamp Stamp, modMode string) GoEnv {
 	goflags := "-mod=" + modMode
 	if v := WithoutModFlag(cfg.Go.Env["GOFLAGS"]); v != "" {
 		goflags = v + " " + goflags
@@ -216,9 +235,6 @@ func goEnv(cfg *config.Config, stamp Stamp, modMode string, workspace bool) GoEn
 		"GOFLAGS=" + goflags,
 		"GOPROXY=off",
 		"GOSUMDB=off",
-	}
-	if workspace {
-		env = append(env, "GOWORK="+WorkFile)
 	}
 	for _, k := range slices.Sorted(maps.Keys(cfg.Go.Env)) {
 		if k != "GOFLAGS" && k != "CGO_ENABLED" {
@@ -243,6 +259,9 @@ func goEnv(cfg *config.Config, stamp Stamp, modMode string, workspace bool) GoEn
 func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 	p.Stamp = Stamp{Release: release, Version: devVersion, Commit: devCommit, TreeState: devTreeState}
 	commit, commitTime, err := gitHead(p.Root)
+	if err == nil {
+		p.Revision = commit
+	}
 	if env := os.Getenv("SOURCE_DATE_EPOCH"); env != "" {
 		n, perr := strconv.ParseInt(env, 10, 64)
 		if perr != nil || n < 0 {
@@ -275,16 +294,6 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 		"-X " + pkg + ".GitTreeState=" + p.Stamp.TreeState,
 	}
 	return nil
-}
-
-// Revision is the commit for image labels: the real one even in development
-// builds, since labels change only the image config, never a binary.
-func (p *Plan) Revision() string {
-	commit, _, err := gitHead(p.Root)
-	if err != nil {
-		return ""
-	}
-	return commit
 }
 
 // Created is the source date as the OCI "created" timestamp.
@@ -397,7 +406,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 		tags = "-tags=" + strings.Join(cfg.Go.Tags, ",")
 	}
 	for _, plat := range p.Platforms {
-		env := append([]string{"CGO_ENABLED=0", "GOOS=" + plat.OS, "GOARCH=" + plat.Architecture, "GOARM=" + config.GOARM(plat)}, p.listEnv()...)
+		env := append(append([]string{"CGO_ENABLED=0"}, TargetEnv(plat)...), p.listEnv()...)
 		args := []string{"list", "-e", "-deps", "-json=" + listFields}
 		if tags != "" {
 			args = append(args, tags)

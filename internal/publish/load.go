@@ -6,9 +6,9 @@ import (
 	"io"
 	"strings"
 
+	"github.com/containerd/log"
 	"github.com/containerd/platforms"
 	"github.com/moby/buildkit/client"
-	"github.com/sirupsen/logrus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kiln-build/kiln/internal/build"
@@ -102,7 +102,7 @@ func Load(ctx context.Context, opts build.Options, lopts LoadOptions) ([]LoadRes
 			return nil, fmt.Errorf("%s: containerd holds %s but BuildKit exported %s", results[i].Ref, results[i].Digest, r.Digest)
 		}
 	}
-	logrus.Infof("loaded %d images into containerd %s, namespace %s", len(results), address, lopts.namespace())
+	log.G(ctx).Infof("loaded %d images into containerd %s, namespace %s", len(results), address, lopts.namespace())
 	return results, nil
 }
 

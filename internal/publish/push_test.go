@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/log"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sirupsen/logrus"
 
@@ -20,10 +21,10 @@ import (
 func TestPushToARegistry(t *testing.T) {
 	d := testdaemon.Buildkit(t)
 	reg := testdaemon.StartRegistry(t)
-	ctx := context.Background()
 	var progress, logs bytes.Buffer
-	logrus.SetOutput(&logs)
-	defer logrus.SetOutput(os.Stderr)
+	logger := logrus.New()
+	logger.SetOutput(&logs)
+	ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger))
 	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64,linux/arm64", Progress: "plain", ProgressOut: &progress, OutDir: t.TempDir()}
 
 	built, err := build.Images(ctx, opts)

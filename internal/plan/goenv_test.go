@@ -1,0 +1,57 @@
+package plan
+
+import (
+	"slices"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/config"
+)
+
+func TestGoEnvIsTheOneEnvironmentOfEveryCompile(t *testing.T) {
+	stamp := Stamp{LDFlags: []string{"-X m/version.Version=v1"}}
+	for _, tc := range []struct {
+		name     string
+		goCfg    config.GoEnv
+		modMode  string
+		wantEnv  []string
+		wantArgs []string
+	}{
+		{"defaults", config.GoEnv{}, ModReadonly,
+			[]string{"CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly", "GOPROXY=off", "GOSUMDB=off"},
+			[]string{"-trimpath", "-buildvcs=false", "-ldflags=-buildid= -X m/version.Version=v1"}},
+		{"vendor mode, tags, gcflags and ldflags", config.GoEnv{Tags: []string{"a", "b"}, GCFlags: "-N", LDFlags: "-s -w"}, ModVendor,
+			[]string{"CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=-mod=vendor", "GOPROXY=off", "GOSUMDB=off"},
+			[]string{"-trimpath", "-buildvcs=false", "-tags=a,b", "-gcflags=-N", "-ldflags=-s -w -buildid= -X m/version.Version=v1"}},
+		{"configured GOFLAGS keep all but -mod; env sorted", config.GoEnv{Env: map[string]string{"GOFLAGS": "-mod=mod -p=2", "GOAMD64": "v3", "GOEXPERIMENT": "x"}}, ModReadonly,
+			[]string{"CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=-p=2 -mod=readonly", "GOPROXY=off", "GOSUMDB=off", "GOAMD64=v3", "GOEXPERIMENT=x"},
+			[]string{"-trimpath", "-buildvcs=false", "-ldflags=-buildid= -X m/version.Version=v1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := goEnv(&config.Config{Go: tc.goCfg}, stamp, tc.modMode)
+			if !slices.Equal(got.Env, tc.wantEnv) {
+				t.Errorf("env\n got %q\nwant %q", got.Env, tc.wantEnv)
+			}
+			if !slices.Equal(got.BuildArgs, tc.wantArgs) {
+				t.Errorf("args\n got %q\nwant %q", got.BuildArgs, tc.wantArgs)
+			}
+		})
+	}
+}
+
+func TestTargetEnvIsAllThatDiffersBetweenCompiles(t *testing.T) {
+	for _, tc := range []struct {
+		target ocispec.Platform
+		want   []string
+	}{
+		{ocispec.Platform{OS: "linux", Architecture: "amd64"}, []string{"GOOS=linux", "GOARCH=amd64"}},
+		{ocispec.Platform{OS: "linux", Architecture: "arm64", Variant: "v8"}, []string{"GOOS=linux", "GOARCH=arm64"}},
+		{ocispec.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, []string{"GOOS=linux", "GOARCH=arm", "GOARM=7"}},
+		{ocispec.Platform{OS: "windows", Architecture: "amd64"}, []string{"GOOS=windows", "GOARCH=amd64"}},
+	} {
+		if got := TargetEnv(tc.target); !slices.Equal(got, tc.want) {
+			t.Errorf("TargetEnv(%v) = %q, want %q", tc.target, got, tc.want)
+		}
+	}
+}
