@@ -150,3 +150,23 @@ source: https://example.com/adopter
 		t.Error("the image lacks /usr/local/bin/hello")
 	}
 }
+
+func TestProductBinariesImportNothingOfTheBuildLayer(t *testing.T) {
+	cmd := exec.Command("go", "list", "-deps", "./cmd/...")
+	cmd.Dir = testdaemon.RepoRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/kiln-build/kiln/pkg/version") {
+		t.Fatalf("go list -deps ./cmd/... = %v", deps)
+	}
+	for _, dep := range deps {
+		for _, banned := range []string{"github.com/moby/buildkit", "github.com/containerd/", "google.golang.org/grpc", "github.com/kiln-build/kiln/internal/", "github.com/kiln-build/kiln/targets", "github.com/magefile/"} {
+			if strings.HasPrefix(dep, banned) {
+				t.Errorf("a binary of the product imports %s", dep)
+			}
+		}
+	}
+}

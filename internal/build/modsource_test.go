@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/moby/buildkit/solver/pb"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
@@ -455,3 +456,5 @@ func fileContaining(t *testing.T, dir, s string) string {
 	})
 	return found
 }
+
+func digestOf(dt []byte) digest.Digest { return digest.FromBytes(dt) }

@@ -115,12 +115,20 @@ func depsOf(info *buildinfo.BuildInfo) []*debugModule {
 
 // spdxID keeps the characters SPDX ids allow.
 func spdxID(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-' {
-			return r
+	// Injective: "-" becomes "--" and any other character SPDX ids do not
+	// allow becomes "-" and its hex code, so a/b and a-b stay apart.
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.':
+			b.WriteRune(r)
+		case r == '-':
+			b.WriteString("--")
+		default:
+			fmt.Fprintf(&b, "-%x-", r)
 		}
-		return '-'
-	}, s)
+	}
+	return b.String()
 }
 
 // Asset is one release file.

@@ -1,4 +1,4 @@
-package build
+package image_test
 
 import (
 	"bytes"
@@ -10,15 +10,17 @@ import (
 	"github.com/moby/buildkit/solver/pb"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
 // testPlan resolves this repository's own configuration.
 func testPlan(t *testing.T, platforms string) *plan.Plan {
 	t.Helper()
-	p, err := Plan(Options{Root: "../..", Platforms: platforms})
+	p, err := build.Plan(build.Options{Root: testdaemon.RepoRoot(t), Platforms: platforms})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,82 @@
+package image
+
+import (
+	"bytes"
+	"debug/buildinfo"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The input is a binary with real module dependencies (testdata/sbommain),
+// built here with the host go.
+func TestSBOMListsEveryModuleOfTheBinaryOnce(t *testing.T) {
+	exe := filepath.Join(t.TempDir(), "sbommain")
+	if out, err := exec.Command("go", "build", "-o", exe, "./testdata/sbommain").CombinedOutput(); err != nil {
+		t.Fatalf("build the SBOM test binary: %v\n%s", err, out)
+	}
+	data, err := os.ReadFile(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := buildinfo.Read(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.Unix(1700000000, 0)
+	bins := map[string][]byte{"one": data, "two": data}
+	doc, err := SBOM("img", "linux/amd64", "v1.2.3", created, bins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := SBOM("img", "linux/amd64", "v1.2.3", created, bins)
+	if !bytes.Equal(doc, again) {
+		t.Error("two SBOMs of the same binaries differ")
+	}
+	var parsed spdxDoc
+	if err := json.Unmarshal(doc, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	versions := map[string]string{}
+	ids := map[string]bool{}
+	for _, p := range parsed.Packages {
+		if ids[p.SPDXID] {
+			t.Errorf("SPDX id %s used twice", p.SPDXID)
+		}
+		ids[p.SPDXID] = true
+		versions[p.Name] = p.VersionInfo
+	}
+	if len(info.Deps) < 3 {
+		t.Fatalf("the test binary has %d dependencies; the test needs a real graph", len(info.Deps))
+	}
+	for _, d := range info.Deps {
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		if versions[d.Path] != d.Version {
+			t.Errorf("module %s: SBOM says %q, build info %q", d.Path, versions[d.Path], d.Version)
+		}
+	}
+	if versions["stdlib"] != info.GoVersion || versions["one"] != "v1.2.3" || versions["two"] != "v1.2.3" {
+		t.Errorf("stdlib %q, binaries %q and %q", versions["stdlib"], versions["one"], versions["two"])
+	}
+}
+
+func TestSPDXIDsOfDifferentNamesNeverCollide(t *testing.T) {
+	seen := map[string]string{}
+	for _, name := range []string{"a/b", "a-b", "a_b", "a--b", "a-2f-b", "a.b", "é"} {
+		id := spdxID(name)
+		if other, ok := seen[id]; ok {
+			t.Errorf("%q and %q both become %q", name, other, id)
+		}
+		seen[id] = name
+		for _, r := range id {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '-') {
+				t.Errorf("%q: id %q holds %q", name, id, r)
+			}
+		}
+	}
+}
