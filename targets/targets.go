@@ -250,12 +250,16 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, pla
 //	-dryrun                 show what would be published
 //	-latest, -insecure      as for images:push
 //	-force                  release a tree with uncommitted changes
-func Release(ctx context.Context, registry *string, latest *bool, insecure *bool, dryrun *bool, force *bool, progress *string) error {
+//	-trustcaches            import the layer cache and seed Go cache snapshots,
+//	                        as other builds do (recorded in the summary and the
+//	                        provenance); by default a release reads no shared cache
+func Release(ctx context.Context, registry *string, latest *bool, insecure *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool) error {
 	o := cli.Options(nil, nil, progress)
 	r := publish.ReleaseOptions{
 		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), Insecure: cli.Bool(insecure)},
 		DryRun:      cli.Bool(dryrun),
 		Force:       cli.Bool(force),
+		TrustCaches: cli.Bool(trustcaches),
 	}
 	sum, err := publish.Release(ctx, o, r)
 	if err != nil {
@@ -265,7 +269,7 @@ func Release(ctx context.Context, registry *string, latest *bool, insecure *bool
 	if sum.DryRun {
 		verb = "would publish (dry run)"
 	}
-	fmt.Printf("release %s (commit %s, tree %s) %s:\n", sum.Version, sum.Commit, sum.TreeState, verb)
+	fmt.Printf("release %s (commit %s, tree %s, caches %s) %s:\n", sum.Version, sum.Commit, sum.TreeState, sum.Caches, verb)
 	for _, img := range sum.Images {
 		fmt.Printf("  image %s [%s] %s\n", strings.Join(img.Refs, ", "), strings.Join(sum.Platforms, ", "), img.Digest)
 	}

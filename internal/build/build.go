@@ -7,6 +7,7 @@ package build
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -70,7 +71,22 @@ type Options struct {
 	GoCacheMax int64
 	// TraceCompiles shows every package compiled (go -x) in the package steps.
 	TraceCompiles bool
+	// Release builds what a release publishes: no layer cache is imported or
+	// exported, no Go cache snapshot seeded or published, and the Go cache
+	// mount is the release's own (<gocache>-release), unless TrustCaches.
+	Release, TrustCaches bool
+	// GoCacheKey overrides cache.gocacheKey: the ed25519 public key (PEM)
+	// every seeded snapshot must be signed with.
+	GoCacheKey string
 }
+
+// SigningKeyEnv names the ed25519 private key (PEM) that signs published
+// Go cache snapshots.
+const SigningKeyEnv = "KILN_GOCACHE_SIGNING_KEY"
+
+// ReleaseCacheSuffix names a release's own Go cache mount: no build that
+// read a shared cache wrote to it.
+const ReleaseCacheSuffix = "-release"
 
 func (o *Options) root() (string, error) {
 	if o.Root != "" {
@@ -118,6 +134,8 @@ type request struct {
 	root string
 	cfg  *config.Config
 	po   plan.Options
+	// cacheSuffix is added to the Go cache mount id (a release's own).
+	cacheSuffix string
 }
 
 func load(opts Options) (*request, error) {
@@ -195,6 +213,10 @@ type Session struct {
 	// caps snapshots (gocache.DefaultMax when 0).
 	goCacheTo  string
 	goCacheMax int64
+	// goCacheKey is the pinned key seeded snapshots must be signed with;
+	// signingKey signs published ones.
+	goCacheKey ed25519.PublicKey
+	signingKey ed25519.PrivateKey
 }
 
 // firstOf is the flag's value, else the configured one.
@@ -226,6 +248,16 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		return nil, err
 	}
 	goCacheTo, goCacheFrom := firstOf(opts.GoCacheTo, req.cfg.Cache.GoCacheTo), firstOf(opts.GoCacheFrom, req.cfg.Cache.GoCacheFrom)
+	if opts.Release && !opts.TrustCaches {
+		// Whoever can write to a cache registry could choose what a
+		// release contains: a release reads and writes no shared cache.
+		cacheTo, cacheFrom, goCacheTo, goCacheFrom = nil, nil, "", ""
+		req.cacheSuffix = ReleaseCacheSuffix
+	}
+	pinned, signing, err := goCacheKeys(opts, req.cfg, goCacheTo != "")
+	if err != nil {
+		return nil, err
+	}
 	if goCacheTo != "" {
 		if _, _, err := goCacheRepo(goCacheTo, "-gocacheto"); err != nil {
 			return nil, err
@@ -262,6 +294,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
 	s.Golang.TraceCompiles = opts.TraceCompiles
 	s.goCacheTo, s.goCacheMax = goCacheTo, opts.GoCacheMax
+	s.goCacheKey, s.signingKey = pinned, signing
 	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
 		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
 	}
@@ -285,6 +318,7 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 	if err != nil {
 		return nil, err
 	}
+	p.Cache.GoCache += req.cacheSuffix
 	tcDir, err := golang.FetchToolchain(ctx, p.Toolchain, cache)
 	if err != nil {
 		return nil, err
@@ -484,4 +518,32 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 		return nil, err
 	}
 	return out.Steps, nil
+}
+
+// goCacheKeys reads the pinned snapshot key (-gocachekey, else
+// cache.gocacheKey) and, when publishing, the signing key of SigningKeyEnv,
+// which must match the pinned one.
+func goCacheKeys(opts Options, cfg *config.Config, publishing bool) (ed25519.PublicKey, ed25519.PrivateKey, error) {
+	var pinned ed25519.PublicKey
+	if path := firstOf(opts.GoCacheKey, cfg.Cache.GoCacheKey); path != "" {
+		var err error
+		if pinned, err = config.ReadPublicKey(path); err != nil {
+			return nil, nil, fmt.Errorf("Go cache snapshot key: %w", err)
+		}
+	}
+	path := os.Getenv(SigningKeyEnv)
+	if !publishing || path == "" {
+		if publishing && pinned != nil {
+			return nil, nil, fmt.Errorf("%s: cache.gocacheKey pins a key, so published snapshots must be signed: set %s to the matching ed25519 private key (PEM)", config.File, SigningKeyEnv)
+		}
+		return pinned, nil, nil
+	}
+	signing, err := config.ReadPrivateKey(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", SigningKeyEnv, err)
+	}
+	if pinned != nil && !pinned.Equal(signing.Public()) {
+		return nil, nil, fmt.Errorf("%s=%s does not match the public key cache.gocacheKey pins", SigningKeyEnv, path)
+	}
+	return pinned, signing, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/log"
 	dockerconfig "github.com/docker/cli/cli/config"
 	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 
@@ -23,6 +24,8 @@ import (
 type GoCacheResult struct {
 	Refs   []string `json:"refs"`
 	Digest string   `json:"digest"`
+	// Signed is true when a signature was pushed beside it (<tag>.sig).
+	Signed bool `json:"signed"`
 }
 
 // goCacheRepo checks a snapshot repository (HOST[:PORT]/path) and says
@@ -48,21 +51,7 @@ func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 		log.G(ctx).Warnf("Go cache snapshot: %v; building without it", err)
 		return
 	}
-	cfg, _ := dockerconfig.Load(buildkit.DockerConfigDir())
-	creds := func(host string) (string, string, error) {
-		if cfg == nil {
-			return "", "", nil
-		}
-		a, err := cfg.GetAuthConfig(host)
-		if err != nil {
-			return "", "", err
-		}
-		if a.IdentityToken != "" {
-			return "", a.IdentityToken, nil
-		}
-		return a.Username, a.Password, nil
-	}
-	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.Plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: creds, Max: s.goCacheMax})
+	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.Plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: registryCredentials(), Max: s.goCacheMax, PublicKey: s.goCacheKey})
 	switch {
 	case errors.Is(err, gocache.ErrNotFound):
 		log.G(ctx).Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
@@ -72,6 +61,9 @@ func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 		return
 	}
 	log.G(ctx).Infof("Go cache snapshot %s (%s): %d entries, %d MiB", snap.Ref, snap.Digest, snap.Entries, snap.Bytes>>20)
+	// The entries go into a Go cache of this snapshot's own, never the
+	// shared one: an entry a snapshot planted cannot outlive the snapshot.
+	s.Plan.Cache.GoCache = SeededCacheID(s.Plan.Cache.GoCache, snap.Digest)
 	s.locals[golang.LocalGoCacheSnapshot] = snap.Dir
 	s.Golang.Seed(snap.Dir, snap.Digest)
 }
@@ -112,7 +104,51 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 	if err != nil {
 		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
 	}
-	return &GoCacheResult{Refs: refs, Digest: out.Results[0].Digest}, nil
+	res := &GoCacheResult{Refs: refs, Digest: out.Results[0].Digest}
+	if s.signingKey != nil {
+		if err := s.signGoCache(ctx, refs, plainHTTP); err != nil {
+			return nil, err
+		}
+		res.Signed = true
+	}
+	return res, nil
+}
+
+// signGoCache signs the layer of a pushed snapshot and pushes the signature
+// as a one-file image under <tag>.sig of each of its tags.
+func (s *Session) signGoCache(ctx context.Context, refs []string, plainHTTP bool) error {
+	layer, err := gocache.LayerDigest(ctx, refs[0], gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: registryCredentials()})
+	if err != nil {
+		return fmt.Errorf("sign the Go cache snapshot %s: %w", refs[0], err)
+	}
+	var sigRefs []string
+	for _, ref := range refs {
+		sigRefs = append(sigRefs, ref+".sig")
+	}
+	st := llb.Scratch().File(llb.Mkfile("/"+gocache.SignatureFile, 0o644, gocache.Sign(s.signingKey, layer), llb.WithCreatedTime(s.Plan.Created())),
+		llb.WithCustomName("[go cache] snapshot signature"))
+	attrs := s.ExporterAttrs(strings.Join(sigRefs, ","))
+	attrs["push"] = "true"
+	if plainHTTP {
+		attrs["registry.insecure"] = "true"
+	}
+	job := buildkit.Job{
+		Name: "gocache-signature",
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			def, err := st.Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+		},
+		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
+	}
+	opts := s.solveOptions(ctx)
+	opts.CacheExports = nil
+	if _, err := s.daemon.Solve(ctx, []buildkit.Job{job}, opts); err != nil {
+		return fmt.Errorf("push the Go cache snapshot signature: %w", err)
+	}
+	return nil
 }
 
 // solveImages solves image jobs, then, when a layer cache is to be
@@ -172,4 +208,32 @@ func mergeSteps(first, later buildkit.Steps) buildkit.Steps {
 		}
 	}
 	return first
+}
+
+// SeededCacheID is the Go cache mount a build seeded from a snapshot uses.
+func SeededCacheID(shared, snapshotDigest string) string {
+	_, hex, _ := strings.Cut(snapshotDigest, ":")
+	if len(hex) > 12 {
+		hex = hex[:12]
+	}
+	return shared + "-seed-" + hex
+}
+
+// registryCredentials answers a registry's credential requests from the
+// Docker config.
+func registryCredentials() func(host string) (string, string, error) {
+	cfg, _ := dockerconfig.Load(buildkit.DockerConfigDir())
+	return func(host string) (string, string, error) {
+		if cfg == nil {
+			return "", "", nil
+		}
+		a, err := cfg.GetAuthConfig(host)
+		if err != nil {
+			return "", "", err
+		}
+		if a.IdentityToken != "" {
+			return "", a.IdentityToken, nil
+		}
+		return a.Username, a.Password, nil
+	}
 }

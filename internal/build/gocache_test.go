@@ -1,14 +1,23 @@
 package build_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -66,14 +75,16 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		return runIn(context.Background(), t, o)
 	}
 
+	pub, priv := keyPair(t)
 	var published *build.GoCacheResult
-	t.Run("daemon A publishes", func(t *testing.T) {
+	t.Run("daemon A publishes, signed", func(t *testing.T) {
 		testdaemon.Buildkit(t)
+		t.Setenv(build.SigningKeyEnv, priv)
 		o := opts
 		o.GoCacheTo = repo
 		out, progress := run(t, o)
-		if out.GoCache == nil || len(out.GoCache.Refs) != 2 {
-			t.Fatalf("no snapshot published: %+v", out.GoCache)
+		if out.GoCache == nil || len(out.GoCache.Refs) != 2 || !out.GoCache.Signed {
+			t.Fatalf("no signed snapshot published: %+v", out.GoCache)
 		}
 		if got := compiled(progress); !slices.Contains(got, "runtime") {
 			t.Fatalf("the cold build on A did not compile runtime? compiled %v", got)
@@ -88,9 +99,15 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the snapshot is not in the registry: %v", err)
 	}
-	var manifest struct{ Layers []struct{ Digest string } }
+	var manifest struct {
+		Layers []struct{ Digest, MediaType string }
+	}
 	if err := json.Unmarshal(body, &manifest); err != nil || len(manifest.Layers) != 1 {
 		t.Fatalf("snapshot manifest %s: %v", body, err)
+	}
+	original, err := reg.Blob("kiln/gocache", manifest.Layers[0].Digest)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// An edit to x: only x and its dependent main package may compile on B.
@@ -98,12 +115,14 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 	dt, _ := os.ReadFile(xfile)
 	os.WriteFile(xfile, bytes.Replace(dt, []byte("x on "), []byte("edited x on "), 1), 0o644)
 
-	t.Run("fresh daemon B compiles only the edited package", func(t *testing.T) {
+	var clean []byte
+	t.Run("fresh daemon B checks the signature and compiles only the edited package", func(t *testing.T) {
 		testdaemon.Buildkit(t)
 		freshKilnCache(t) // no snapshot fetched before
 		o := opts
-		o.GoCacheFrom = repo
+		o.GoCacheFrom, o.GoCacheKey = repo, pub
 		out, progress := run(t, o)
+		clean, _ = os.ReadFile(filepath.Join(out.Dir, "linux_amd64", "a"))
 		if got := compiled(progress); !slices.Equal(got, []string{"example.com/snap/x", "main"}) {
 			t.Errorf("daemon B compiled %v; want example.com/snap/x and its main package only", got)
 		}
@@ -148,6 +167,53 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 			t.Errorf("a printed %q (%v)", got, err)
 		}
 	})
+
+	t.Run("a planted snapshot reaches neither the shared cache nor a release; a pinned key refuses it", func(t *testing.T) {
+		planted := plant(t, original, manifest.Layers[0].MediaType)
+		var tags []string
+		for _, ref := range published.Refs {
+			tags = append(tags, strings.TrimPrefix(ref, repo+":"))
+		}
+		reg.PushLayer(t, "kiln/gocache", tags, planted)
+		testdaemon.Buildkit(t)
+		freshKilnCache(t)
+		binaryOf := func(out *build.BinariesOutcome) []byte {
+			data, _ := os.ReadFile(filepath.Join(out.Dir, "linux_amd64", "a"))
+			return data
+		}
+
+		o := opts
+		o.GoCacheFrom, o.OutDir = repo, t.TempDir()
+		poisoned, err := build.Binaries(context.Background(), o)
+		if err == nil && (len(poisoned.Ran("seed GOCACHE")) != 1 || bytes.Equal(binaryOf(poisoned), clean)) {
+			t.Fatal("the planted snapshot was not used or changed nothing: this test would prove nothing")
+		}
+
+		out, _ := run(t, opts)
+		if !bytes.Equal(binaryOf(out), clean) {
+			t.Error("after a build seeded from the planted snapshot, a plain build on the same daemon differs from a clean daemon's")
+		}
+
+		release := opts
+		release.GoCacheFrom, release.Release = repo, true
+		out, _ = run(t, release)
+		if len(out.Ran("seed")) != 0 || !bytes.Equal(binaryOf(out), clean) {
+			t.Errorf("a release build seeded from the snapshot (%v) or differs from a clean build", out.Ran("seed"))
+		}
+
+		logger, hook := logtest.NewNullLogger()
+		ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger))
+		pinned := opts
+		pinned.GoCacheFrom, pinned.GoCacheKey = repo, pub
+		out, _ = runIn(ctx, t, pinned)
+		var logs strings.Builder
+		for _, e := range hook.AllEntries() {
+			logs.WriteString(e.Message + "\n")
+		}
+		if len(out.Ran("seed")) != 0 || !strings.Contains(logs.String(), "signature does not verify") {
+			t.Errorf("with a pinned key the planted snapshot was not refused; kiln logged:\n%s", logs.String())
+		}
+	})
 }
 
 // freshKilnCache gives the test an empty KILN_CACHE_DIR with the real
@@ -163,4 +229,76 @@ func freshKilnCache(t *testing.T) {
 		os.Symlink(filepath.Join(real, sub), filepath.Join(dir, sub))
 	}
 	t.Setenv("KILN_CACHE_DIR", dir)
+}
+
+// keyPair writes an ed25519 key pair as PEM files and returns their paths.
+func keyPair(t *testing.T) (pub, priv string) {
+	t.Helper()
+	pk, sk, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubDER, _ := x509.MarshalPKIXPublicKey(pk)
+	privDER, _ := x509.MarshalPKCS8PrivateKey(sk)
+	dir := t.TempDir()
+	pub, priv = filepath.Join(dir, "gocache.pub"), filepath.Join(dir, "gocache.key")
+	os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
+	os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600)
+	return pub, priv
+}
+
+// plant rewrites a snapshot layer the way a writer to the cache registry
+// could: every action now maps to the output of another action. Each output
+// still hashes to its name and each action names an output the snapshot
+// holds, so the snapshot passes every integrity check.
+func plant(t *testing.T, layer []byte, mediaType string) []byte {
+	t.Helper()
+	var r io.Reader = bytes.NewReader(layer)
+	if strings.HasSuffix(mediaType, "gzip") {
+		zr, err := gzip.NewReader(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = zr
+	}
+	type entry struct {
+		h    *tar.Header
+		data []byte
+	}
+	var entries []entry
+	var target, targetSize string
+	largest := 0
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		entries = append(entries, entry{h, data})
+		if strings.HasSuffix(h.Name, "-d") && len(data) > largest {
+			target, targetSize, largest = strings.TrimSuffix(filepath.Base(h.Name), "-d"), strconv.Itoa(len(data)), len(data)
+		}
+	}
+	if target == "" {
+		t.Fatal("no output to plant")
+	}
+	var out bytes.Buffer
+	tw := tar.NewWriter(&out)
+	for _, e := range entries {
+		if strings.HasSuffix(e.h.Name, "-a") {
+			f := strings.Fields(string(e.data))
+			f[2], f[3] = target, targetSize
+			e.data = []byte(strings.Join(f, " ") + "\n")
+			e.h.Size = int64(len(e.data))
+		}
+		if err := tw.WriteHeader(e.h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write(e.data)
+	}
+	tw.Close()
+	return out.Bytes()
 }

@@ -52,6 +52,27 @@ func Connect(ctx context.Context, repoRoot string) (*Daemon, error) {
 	return &Daemon{Client: c, Address: m.Address(), Managed: m}, nil
 }
 
+// PlaintextEnv allows a tcp:// daemon off this machine without TLS.
+const PlaintextEnv = "KILN_ALLOW_PLAINTEXT_TCP"
+
+// plaintextAllowed refuses a plain tcp:// daemon beyond loopback: kiln sends
+// it the sources, the netrc and git secrets, the SSH agent and registry
+// tokens, all readable on the wire.
+func plaintextAllowed(addr string, withTLS bool) error {
+	hostport, ok := strings.CutPrefix(addr, "tcp://")
+	if !ok || withTLS || os.Getenv(PlaintextEnv) == "1" {
+		return nil
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("%s=%s: a tcp:// daemon off this machine needs TLS, since kiln sends it sources and credentials: set %s (or %s, %s and %s); %s=1 allows plain text", HostEnv, addr, TLSDirEnv, TLSCACertEnv, TLSCertEnv, TLSKeyEnv, PlaintextEnv)
+}
+
 // Mutual TLS for tcp:// daemons, named after buildctl's --tlscacert,
 // --tlscert, --tlskey, --tlsservername and --tlsdir.
 const (
@@ -157,6 +178,9 @@ func probeTLS(addr string, f *tlsFiles) string {
 func Dial(ctx context.Context, addr string) (*client.Client, error) {
 	tlsOpts, files, err := tlsOptions(addr)
 	if err != nil {
+		return nil, err
+	}
+	if err := plaintextAllowed(addr, tlsOpts != nil); err != nil {
 		return nil, err
 	}
 	if err := probe(addr); err != nil {

@@ -186,11 +186,33 @@ func (m *Managed) PID() (int, bool) {
 	return pid, err == nil && pid > 0
 }
 
-// Running reports whether the managed daemon's process is alive.
+// Running reports whether the managed daemon's process is alive. A pid
+// file can outlive its process (a reboot, a kill -9) and the pid be reused:
+// only a process running the managed binary on this state directory counts,
+// so kiln never signals anyone else's process.
 func (m *Managed) Running() (int, bool) {
 	pid, ok := m.PID()
-	return pid, ok && alive(pid)
+	return pid, ok && alive(pid) && m.owns(pid)
 }
+
+// owns reports whether pid is this Managed's buildkitd.
+func (m *Managed) owns(pid int) bool {
+	exe, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return false
+	}
+	bin, err := os.Stat(m.Binary())
+	if err != nil || !os.SameFile(exe, bin) {
+		return false
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil {
+		return false
+	}
+	return bytes.Contains(cmdline, []byte("\x00--root\x00"+m.stateDir()+"\x00"))
+}
+
+func (m *Managed) stateDir() string { return filepath.Join(m.Dir, "state") }
 
 // alive reports whether pid runs. A zombie is dead: the daemon stays one
 // when the process that started it is still running and never reaps it.
@@ -226,7 +248,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	if _, err := os.Stat(m.Binary()); err == nil {
 		return nil // built while we waited
 	}
-	log.G(ctx).Infof("building buildkitd %s into %s (once; about two minutes)", Version, m.BinDir)
+	log.G(ctx).Warnf("first run: building buildkitd %s into %s (once; about two minutes on two cores)", Version, m.BinDir)
 	tools, err := os.MkdirTemp(m.BinDir, "tools-")
 	if err != nil {
 		return err
@@ -252,7 +274,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 // start launches buildkitd detached, so it outlives this invocation.
 func (m *Managed) start(ctx context.Context) error {
 	if pid, ok := m.Running(); ok {
-		// A daemon that holds the pid file but does not answer is wedged.
+		// Our daemon holds the pid file but does not answer: it is wedged.
 		log.G(ctx).Warnf("buildkitd (pid %d) does not answer; restarting it", pid)
 		m.kill(pid)
 	}
@@ -261,13 +283,17 @@ func (m *Managed) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The log is capped: past maxLog it is moved aside, one generation kept.
+	if fi, err := os.Stat(m.LogFile()); err == nil && fi.Size() > maxLog {
+		os.Rename(m.LogFile(), m.LogFile()+".1")
+	}
 	logf, err := os.OpenFile(m.LogFile(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	defer logf.Close()
 	args := []string{
-		"--root", filepath.Join(m.Dir, "state"),
+		"--root", m.stateDir(),
 		"--addr", m.Address(),
 		"--config", config,
 		"--oci-worker=true",
@@ -288,6 +314,15 @@ func (m *Managed) start(ctx context.Context) error {
 
 // Stop terminates the managed daemon and waits for it to exit.
 func (m *Managed) Stop(ctx context.Context) (bool, error) {
+	// The start lock: a daemon that is starting is not stopped half-way.
+	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
+		return false, err
+	}
+	unlock, err := lockFile(ctx, filepath.Join(m.Dir, "lock"))
+	if err != nil {
+		return false, err
+	}
+	defer unlock()
 	pid, ok := m.Running()
 	if !ok {
 		os.Remove(m.pidFile())
@@ -341,21 +376,41 @@ func lockFile(ctx context.Context, path string) (func(), error) {
 	}
 }
 
+// maxLog caps buildkitd.log before a start moves it aside.
+const maxLog = 16 << 20
+
+// InstallEnv lets kiln install what the managed daemon needs (runc) with
+// apt-get; without it kiln names the command and stops.
+const InstallEnv = "KILN_INSTALL"
+
 // Seams for tests of the runc check.
 var (
 	lookPath = exec.LookPath
 	geteuid  = os.Geteuid
 )
 
-// ensureRunc finds runc, installing Debian's package when kiln may.
+// ensureRunc finds runc. It installs Debian's package only when asked to
+// (KILN_INSTALL=1 or `mage setup`): a build never changes the system
+// unasked.
 func ensureRunc(ctx context.Context) error {
+	if _, err := lookPath("runc"); err == nil {
+		return nil
+	}
+	if os.Getenv(InstallEnv) != "1" {
+		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; install it: apt-get install -y runc (Debian/Ubuntu), or run `mage setup` (or set %s=1) to let kiln install it", InstallEnv)
+	}
+	return InstallRunc(ctx)
+}
+
+// InstallRunc installs Debian's runc package when it is missing.
+func InstallRunc(ctx context.Context) error {
 	if _, err := lookPath("runc"); err == nil {
 		return nil
 	}
 	const remedy = "install it: apt-get install -y runc (Debian/Ubuntu), or put a runc binary on PATH"
 	_, debian := os.Stat("/etc/debian_version")
 	if geteuid() != 0 || debian != nil {
-		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; %s", remedy)
+		return fmt.Errorf("runc not found in PATH, and kiln installs it only as root on Debian; %s", remedy)
 	}
 	log.G(ctx).Warn("runc not found in PATH; installing the Debian package runc (apt-get install -y runc)")
 	for _, args := range [][]string{{"update", "-qq"}, {"install", "-y", "-qq", "runc"}} {

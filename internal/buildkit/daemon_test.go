@@ -81,3 +81,19 @@ func TestUnreachableAddressIsNamed(t *testing.T) {
 		t.Errorf("error %q does not name the address and the remedy", err)
 	}
 }
+
+func TestPlainTCPBeyondLoopbackIsRefusedBeforeDialling(t *testing.T) {
+	for _, env := range []string{buildkit.TLSDirEnv, buildkit.TLSCACertEnv, buildkit.TLSCertEnv, buildkit.TLSKeyEnv, buildkit.PlaintextEnv} {
+		t.Setenv(env, "")
+	}
+	// 192.0.2.0/24 is TEST-NET-1: nothing answers there, so an error that
+	// names TLS comes from the check, not from a dial.
+	_, err := buildkit.Dial(context.Background(), "tcp://192.0.2.1:1234")
+	if err == nil || !strings.Contains(err.Error(), "needs TLS") || !strings.Contains(err.Error(), buildkit.PlaintextEnv) {
+		t.Errorf("plain tcp:// off this machine gave %v", err)
+	}
+	_, err = buildkit.Dial(context.Background(), "tcp://127.0.0.1:1")
+	if err == nil || strings.Contains(err.Error(), "needs TLS") {
+		t.Errorf("loopback without TLS gave %v; want a plain dial error", err)
+	}
+}

@@ -32,10 +32,17 @@ func RegistryHost(registry string, insecure bool) (string, bool, error) {
 	if registry == "" {
 		return "", false, fmt.Errorf("no registry: pass -registry=HOST[:PORT] or set %s", RegistryEnv)
 	}
-	if _, err := reference.ParseNormalizedNamed(registry + "/x"); err != nil {
+	named, err := reference.ParseNormalizedNamed(registry + "/x")
+	if err != nil {
 		return "", false, fmt.Errorf("registry %q: %w", registry, err)
 	}
 	host := strings.SplitN(registry, "/", 2)[0]
+	// A name with no dot, port or "localhost" is a Docker Hub namespace to
+	// the reference grammar: "buildhost" would push to docker.io/buildhost
+	// with Docker Hub's credentials.
+	if domain := reference.Domain(named); domain != host {
+		return "", false, fmt.Errorf("registry %q is read as %s/%s: give the registry host with a dot or a port (e.g. %s:5000 or %s.example.com)", registry, domain, registry, host, host)
+	}
 	hostname := host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		hostname = h

@@ -21,3 +21,19 @@ func TestMissingRuncWithoutRootNamesTheFix(t *testing.T) {
 		}
 	}
 }
+
+func TestMissingRuncAsRootIsNotInstalledUnasked(t *testing.T) {
+	defer func(l func(string) (string, error), e func() int) { lookPath, geteuid = l, e }(lookPath, geteuid)
+	lookPath = func(name string) (string, error) {
+		if name == "apt-get" {
+			t.Fatal("kiln looked for apt-get without being asked to install")
+		}
+		return "", errors.New("not found")
+	}
+	geteuid = func() int { return 0 }
+	t.Setenv(InstallEnv, "")
+	err := ensureRunc(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "apt-get install -y runc") || !strings.Contains(err.Error(), "mage setup") {
+		t.Errorf("error %v; want the command and the opt-in", err)
+	}
+}

@@ -95,6 +95,10 @@ type Cache struct {
 	GoCacheTo   string `yaml:"gocacheTo"`
 	GoCacheFrom string `yaml:"gocacheFrom"`
 	GoCacheMax  string `yaml:"gocacheMax"`
+	// GoCacheKey pins the ed25519 public key (PEM file, relative to the
+	// repository root) that every snapshot a build seeds from must be
+	// signed with; publishing then signs with KILN_GOCACHE_SIGNING_KEY.
+	GoCacheKey string `yaml:"gocacheKey"`
 }
 
 // Image is images/<name>/image.yaml.
@@ -150,6 +154,13 @@ func Load(root string) (*Config, error) {
 		if err := images[i].validate(&c, root); err != nil {
 			return nil, err
 		}
+	}
+	if c.Cache.GoCacheKey != "" {
+		path := filepath.Join(root, filepath.FromSlash(c.Cache.GoCacheKey))
+		if _, err := ReadPublicKey(path); err != nil {
+			return nil, fieldErr(File, "cache.gocacheKey", "%v; give the path of an ed25519 public key in PEM (openssl pkey -pubout)", err)
+		}
+		c.Cache.GoCacheKey = path
 	}
 	c.Images = images
 	return &c, nil

@@ -12,6 +12,7 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -34,6 +36,10 @@ import (
 
 // DefaultMax is the largest snapshot kiln publishes or fetches.
 const DefaultMax = 2 << 30
+
+// maxEntries caps the files of a snapshot: two per compiled package, and
+// a large build compiles a few thousand.
+const maxEntries = 1 << 18
 
 // Tags are the tags a build's snapshot is pushed under, best match first:
 // one for this toolchain, build platform, Go environment, targets and
@@ -83,6 +89,16 @@ type FetchOptions struct {
 	Credentials func(host string) (string, string, error)
 	// Max is the largest snapshot accepted, in bytes; DefaultMax when 0.
 	Max int64
+	// PublicKey, when set, is the only key a snapshot may be signed with;
+	// an unsigned or wrongly signed snapshot is refused before download.
+	PublicKey ed25519.PublicKey
+}
+
+func newResolver(opts FetchOptions) remotes.Resolver {
+	hosts := docker.ConfigureDefaultRegistries(
+		docker.WithPlainHTTP(func(string) (bool, error) { return opts.PlainHTTP, nil }),
+		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(opts.Credentials))))
+	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
 }
 
 // ErrNotFound means no tag of the repository holds a snapshot.
@@ -94,16 +110,13 @@ func Fetch(ctx context.Context, repo string, tags []string, cacheDir string, opt
 	if opts.Max == 0 {
 		opts.Max = DefaultMax
 	}
-	hosts := docker.ConfigureDefaultRegistries(
-		docker.WithPlainHTTP(func(string) (bool, error) { return opts.PlainHTTP, nil }),
-		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(opts.Credentials))))
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+	resolver := newResolver(opts)
 	var lastErr error = ErrNotFound
 	for _, tag := range tags {
 		ref := repo + ":" + tag
 		name, desc, err := resolver.Resolve(ctx, ref)
 		if err != nil {
-			if !strings.Contains(err.Error(), "not found") {
+			if !errdefs.IsNotFound(err) {
 				lastErr = fmt.Errorf("%s: %w", ref, err)
 			}
 			continue
@@ -118,6 +131,11 @@ func Fetch(ctx context.Context, repo string, tags []string, cacheDir string, opt
 		}
 		if layer.Size > opts.Max {
 			return nil, fmt.Errorf("%s: the snapshot is %d bytes, over the cap of %d", ref, layer.Size, opts.Max)
+		}
+		if opts.PublicKey != nil {
+			if err := verifySignature(ctx, resolver, ref, layer.Digest, opts.PublicKey); err != nil {
+				return nil, err
+			}
 		}
 		s, err := download(ctx, fetcher, layer, cacheDir, opts.Max)
 		if err != nil {
@@ -242,12 +260,15 @@ func untar(r io.Reader, mediaType, dir string, max int64) error {
 	}
 	tr := tar.NewReader(r)
 	var total int64
-	for {
+	for entries := 0; ; entries++ {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		} else if err != nil {
 			return err
+		}
+		if entries >= maxEntries {
+			return fmt.Errorf("more than %d entries; not a Go cache snapshot kiln wrote", maxEntries)
 		}
 		name := filepath.Clean(h.Name)
 		if filepath.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {

@@ -14,9 +14,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/containerd/log"
 
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -35,7 +37,7 @@ func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (st
 		return "", err
 	}
 	u := fmt.Sprintf("%s/%s/@v/%s.zip", strings.TrimSuffix(proxy, "/"), toolchainModulePath, tc.Module)
-	log.G(ctx).Infof("downloading Go %s toolchain (%s@%s)", tc.GoVersion, toolchainModulePath, tc.Module)
+	log.G(ctx).Warnf("first run: downloading the Go %s toolchain (%s@%s, about 70 MiB)", tc.GoVersion, toolchainModulePath, tc.Module)
 
 	if err := os.MkdirAll(filepath.Join(cacheDir, "toolchain"), 0o755); err != nil {
 		return "", err
@@ -86,7 +88,17 @@ func moduleProxy() (string, error) {
 	return "", fmt.Errorf("GOPROXY=%q has no http(s) or file:// proxy to fetch the Go toolchain from; set GOPROXY to a module proxy", strings.TrimSpace(string(out)))
 }
 
+// Limits of a toolchain download. The archive is checked against the pin,
+// so a bad proxy cannot change what runs, only waste disk and time.
+const (
+	maxToolchainZip     = 512 << 20
+	toolchainDownloadIn = 20 * time.Minute
+)
+
 func download(ctx context.Context, u string, w io.Writer) (string, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, toolchainDownloadIn)
+	defer cancel()
+	w = &progressWriter{ctx: ctx, w: w, next: time.Now().Add(10 * time.Second)}
 	if path, ok := strings.CutPrefix(u, "file://"); ok {
 		// An air-gapped proxy directory.
 		f, err := os.Open(path)
@@ -113,11 +125,33 @@ func download(ctx context.Context, u string, w io.Writer) (string, int64, error)
 
 func copyHashed(w io.Writer, r io.Reader) (string, int64, error) {
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(w, h), r)
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(r, maxToolchainZip+1))
 	if err != nil {
 		return "", 0, err
 	}
+	if n > maxToolchainZip {
+		return "", 0, fmt.Errorf("the archive is over %d MiB; a Go toolchain is about 70", maxToolchainZip>>20)
+	}
 	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// progressWriter logs how much of a long download has arrived, every ten
+// seconds, so a first run is never silent for long.
+type progressWriter struct {
+	ctx  context.Context
+	w    io.Writer
+	n    int64
+	next time.Time
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	if time.Now().After(p.next) {
+		log.G(p.ctx).Warnf("downloading the Go toolchain: %s so far", config.FormatSize(p.n))
+		p.next = time.Now().Add(10 * time.Second)
+	}
+	return n, err
 }
 
 // extract unpacks the module zip under dir, stripping the module prefix.

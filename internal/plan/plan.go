@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -282,7 +283,9 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 		} else if dirty {
 			p.Stamp.TreeState = "dirty"
 		}
-		p.Stamp.Version = gitDescribe(p.Root)
+		if p.Stamp.Version, err = gitDescribe(p.Root); err != nil {
+			return err
+		}
 	}
 	pkg := cfg.Stamp.Package
 	if pkg == "" {
@@ -319,15 +322,34 @@ func gitDirty(root string) (bool, error) {
 	return strings.TrimSpace(out) != "", err
 }
 
-func gitDescribe(root string) string {
+// gitDescribe is the release version: the VERSION file, else git describe.
+// It names image tags and the release assets directory, so it must be a
+// valid tag: no path separators, no "..", no whitespace.
+func gitDescribe(root string) (string, error) {
+	version, from := "", "VERSION"
 	if v, err := os.ReadFile(filepath.Join(root, "VERSION")); err == nil && len(bytes.TrimSpace(v)) > 0 {
-		return strings.TrimSpace(string(v))
+		version = strings.TrimSpace(string(v))
+	} else {
+		out, err := run(root, nil, "git", "describe", "--tags", "--always", "--dirty")
+		if err != nil {
+			return devVersion, nil
+		}
+		version, from = strings.TrimSpace(out), "git describe"
 	}
-	out, err := run(root, nil, "git", "describe", "--tags", "--always", "--dirty")
-	if err != nil {
-		return devVersion
+	if err := ValidVersion(version); err != nil {
+		return "", fmt.Errorf("%s gives the version %q: %w", from, version, err)
 	}
-	return strings.TrimSpace(out)
+	return version, nil
+}
+
+var versionRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+
+// ValidVersion checks that a version can be an image tag and a directory name.
+func ValidVersion(v string) error {
+	if !versionRE.MatchString(v) || strings.Contains(v, "..") {
+		return fmt.Errorf("not a valid version: use letters, digits, '.', '_' and '-' (at most 128, no \"..\"), e.g. v1.2.3")
+	}
+	return nil
 }
 
 // run executes a host command and returns stdout; the error carries stderr.

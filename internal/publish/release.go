@@ -26,14 +26,20 @@ type ReleaseOptions struct {
 	DryRun bool
 	// Force releases a tree with uncommitted changes (stamped dirty).
 	Force bool
+	// TrustCaches lets the release import the configured layer cache and
+	// seed from the Go cache snapshots, on the shared Go cache mount; the
+	// summary and the provenance record it.
+	TrustCaches bool
 }
 
 // ReleaseSummary is what a release published, or would publish.
 type ReleaseSummary struct {
-	Version   string        `json:"version"`
-	Commit    string        `json:"commit"`
-	TreeState string        `json:"treeState"`
-	DryRun    bool          `json:"dryRun"`
+	Version   string `json:"version"`
+	Commit    string `json:"commit"`
+	TreeState string `json:"treeState"`
+	DryRun    bool   `json:"dryRun"`
+	// Caches is "isolated" (no shared cache read or written) or "trusted".
+	Caches    string        `json:"caches"`
 	Images    []PushResult  `json:"images"`
 	Platforms []string      `json:"platforms"`
 	AssetsDir string        `json:"assetsDir"`
@@ -47,6 +53,11 @@ type ReleaseSummary struct {
 func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
 	opts.Stamp = true
 	opts.Platforms = ReleasePlatforms
+	opts.Release, opts.TrustCaches = true, ropts.TrustCaches
+	caches := "isolated"
+	if ropts.TrustCaches {
+		caches = "trusted"
+	}
 	p, err := build.Plan(opts)
 	if err != nil {
 		return nil, err
@@ -58,7 +69,7 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 	if err != nil {
 		return nil, err
 	}
-	sum := &ReleaseSummary{Version: p.Stamp.Version, Commit: p.Stamp.Commit, TreeState: p.Stamp.TreeState, DryRun: ropts.DryRun,
+	sum := &ReleaseSummary{Version: p.Stamp.Version, Commit: p.Stamp.Commit, TreeState: p.Stamp.TreeState, DryRun: ropts.DryRun, Caches: caches,
 		Platforms: p.PlatformIDs(), AssetsDir: filepath.Join(opts.OutDirFor(p.Root), "release", p.Stamp.Version), Assets: image.Assets()}
 	for _, a := range sum.Assets {
 		if p.Binary(a.Binary) == nil {
@@ -89,7 +100,7 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 		return nil, err
 	}
 	s.SBOM = true
-	pushed, err := pushWith(ctx, s, registry, plainHTTP, ropts.Latest, map[string]string{"attest:provenance": "mode=max"})
+	pushed, err := pushWith(ctx, s, registry, plainHTTP, ropts.Latest, map[string]string{"attest:provenance": "mode=max", "build-arg:KILN_CACHES": caches})
 	if err != nil {
 		return nil, err
 	}

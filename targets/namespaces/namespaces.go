@@ -167,6 +167,27 @@ func (Buildkit) Stop(ctx context.Context) error {
 	return nil
 }
 
+// Installs what the managed daemon needs and builds it, once.
+//
+// runc from Debian's packages when it is missing (as root on Debian; kiln
+// never installs anything unasked otherwise), then buildkitd from the Go
+// module proxy into the kiln cache.
+func (Buildkit) Setup(ctx context.Context) error {
+	cli.Logging()
+	if err := buildkit.InstallRunc(ctx); err != nil {
+		return err
+	}
+	m, err := buildkit.DefaultManaged(".")
+	if err != nil {
+		return err
+	}
+	if err := m.EnsureBinary(ctx); err != nil {
+		return err
+	}
+	fmt.Printf("runc found; buildkitd %s at %s\n", buildkit.Version, m.Binary())
+	return nil
+}
+
 // Frees the daemon's build cache, keeping the Go cache mounts.
 //
 //	-all   remove the Go cache mounts too
