@@ -181,7 +181,7 @@ func external(cfg *config.Config, dir string, packages []string) (*config.Config
 	}
 	ext := *cfg
 	ext.Binaries, ext.Images, ext.Budgets = nil, nil, nil
-	ext.Stamp.Package = ""
+	ext.Stamp = config.Stamp{}
 	seen := map[string]bool{}
 	for _, pkg := range packages {
 		pkg = strings.TrimSpace(pkg)
@@ -411,7 +411,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		jobs = append(jobs, buildkit.Job{
 			Name:          img.Name,
 			Build:         s.Build(img),
-			FrontendAttrs: map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")},
+			FrontendAttrs: map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")},
 			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: s.ExporterAttrs(img.Ref)},
 			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
 		})
@@ -423,7 +423,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	out := &ImagesOutcome{Steps: outcome.Steps}
 	for i, r := range outcome.Results {
 		img := s.Plan.Images[i]
-		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: s.Plan.PlatformIDs()})
+		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: img.PlatformIDs()})
 	}
 	if !opts.SkipChecks {
 		if out.Checks, err = quickChecksOnce(opts, s.Plan, out.Images); err != nil {

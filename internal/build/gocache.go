@@ -173,7 +173,7 @@ func (s *Session) SolveImages(ctx context.Context, jobs []buildkit.Job) (*buildk
 				if err != nil {
 					return nil, err
 				}
-				for _, target := range s.Plan.Platforms {
+				for _, target := range img.Targets {
 					id := img.Name + "/" + config.FormatPlatform(target)
 					all.AddRef(id, res.Refs[config.FormatPlatform(target)])
 					exp.Platforms = append(exp.Platforms, exptypes.Platform{ID: id, Platform: target})

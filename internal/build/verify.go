@@ -19,7 +19,9 @@ import (
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
-// Doctor loads the configuration and returns every cache-drift finding.
+// Doctor loads the configuration and returns every cache-drift finding,
+// then, when there is none, resolves the plan and warns of stamp variables
+// no binary can receive.
 func Doctor(opts Options) ([]config.Finding, error) {
 	root, err := opts.root()
 	if err != nil {
@@ -29,7 +31,21 @@ func Doctor(opts Options) ([]config.Finding, error) {
 	if err != nil {
 		return nil, err
 	}
-	return cfg.Drift(), nil
+	if drift := cfg.Drift(); len(drift) > 0 {
+		return drift, nil
+	}
+	p, err := Plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	var out []config.Finding
+	for _, v := range p.StampUnused {
+		out = append(out, config.Finding{Kind: "stamp", Field: "stamp.variables." + v, Warning: true,
+			Problem: fmt.Sprintf("no binary imports the package of %s, so the linker ignores it", v),
+			Cost:    "the value is never stamped: the binaries report the variable's default",
+			Fix:     "name a variable of a package the binaries import (go list -deps ./cmd/...), or remove it"})
+	}
+	return out, nil
 }
 
 // imagePath is where Images writes an image.
@@ -78,7 +94,7 @@ func Verify(ctx context.Context, opts Options) (*verify.Report, error) {
 		return nil, err
 	}
 	verify.StaticChecks(report, layouts, binaries)
-	verify.ImageChecks(report, layouts)
+	verify.ImageChecks(report, layouts, rootReasons(p))
 
 	if len(p.Budgets) > 0 {
 		sizes, err := Size(ctx, opts)
@@ -144,7 +160,7 @@ func quickChecks(opts Options, p *plan.Plan) (*verify.Report, error) {
 	}
 	report := &verify.Report{}
 	verify.StaticChecks(report, layouts, binaries)
-	verify.ImageChecks(report, layouts)
+	verify.ImageChecks(report, layouts, rootReasons(p))
 	seen := map[string]bool{}
 	for _, name := range p.PlatformIDs() {
 		for _, img := range p.Images {
@@ -170,4 +186,12 @@ func quickChecks(opts Options, p *plan.Plan) (*verify.Report, error) {
 		}
 	}
 	return report, nil
+}
+
+func rootReasons(p *plan.Plan) map[string]string {
+	out := map[string]string{}
+	for _, img := range p.Images {
+		out[img.Name] = img.RootReason
+	}
+	return out
 }

@@ -8,11 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -79,7 +83,32 @@ type Binary struct {
 
 // Stamp names the package whose variables the linker stamps.
 type Stamp struct {
+	// Package is a shorthand: its Version, GitCommit and GitTreeState are
+	// stamped with version, commit and treeState.
 	Package string `yaml:"package"`
+	// Variables maps each -X variable (<import path>.<Name>) to the value it
+	// gets: one of StampValues.
+	Variables map[string]string `yaml:"variables"`
+}
+
+// StampValues are the values a stamp variable can take. Development builds
+// stamp stable stand-ins; release builds (-stamp, release) the real ones.
+var StampValues = []string{"version", "commit", "shortCommit", "treeState", "releaseStatus", "date"}
+
+// StampVariables returns every -X variable with its value name, sorted.
+func (s Stamp) StampVariables() [][2]string {
+	vars := map[string]string{}
+	if s.Package != "" {
+		vars[s.Package+".Version"] = "version"
+		vars[s.Package+".GitCommit"] = "commit"
+		vars[s.Package+".GitTreeState"] = "treeState"
+	}
+	maps.Copy(vars, s.Variables)
+	var out [][2]string
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		out = append(out, [2]string{k, vars[k]})
+	}
+	return out
 }
 
 // Cache holds the ids of the persistent cache mounts.
@@ -111,16 +140,38 @@ type Image struct {
 	Workdir    string            `yaml:"workdir"`
 	Labels     map[string]string `yaml:"labels"`
 	Files      []ImageFile       `yaml:"files"`
+	// RootReason says why the image runs as root (user: root or 0); without
+	// it, root is refused.
+	RootReason string `yaml:"rootReason"`
+	// Platforms narrows the build's platforms for this image (e.g. a base
+	// without linux/arm/v7); every one must be a build platform.
+	Platforms []string `yaml:"platforms"`
 
 	Name string `yaml:"-"` // the folder's name
 	Dir  string `yaml:"-"` // the folder, relative to the repository root
 }
 
-// ImageFile is an extra file copied from the image folder into the image.
+// ImageFile is an extra file, or a folder of them, copied from the image
+// folder into the image. A folder's contents go under Dest, each file and
+// directory with Mode.
 type ImageFile struct {
 	Src  string `yaml:"src"`
 	Dest string `yaml:"dest"`
 	Mode string `yaml:"mode"`
+	// Dir is set by validation when Src is a folder.
+	Dir bool `yaml:"-"`
+}
+
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+func mustEval(path string) string {
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
 }
 
 // DefaultUser is the user images run as unless image.yaml says otherwise.
@@ -133,6 +184,8 @@ var (
 	userRE    = regexp.MustCompile(`^[0-9]+(:[0-9]+)?$`)
 	tagRE     = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 	modeRE    = regexp.MustCompile(`^0?[0-7]{3,4}$`)
+	// stampVarRE is an -X target: an import path, a dot, an identifier.
+	stampVarRE = regexp.MustCompile(`^[^\s=]+\.[A-Za-z_][A-Za-z0-9_]*$`)
 
 	unknownFieldRE = regexp.MustCompile(`^line ([0-9]+): field (\S+) not found in type \S+$`)
 )
@@ -282,8 +335,17 @@ func (c *Config) validate() error {
 			return fieldErr(f, "budgets."+name, "%v", err)
 		}
 	}
-	if c.Stamp.Package == "" {
-		return fieldErr(f, "stamp.package", "missing; name the package whose Version, GitCommit and GitTreeState the linker sets")
+	if c.Stamp.Package == "" && len(c.Stamp.Variables) == 0 {
+		return fieldErr(f, "stamp", "missing; set stamp.package (its Version, GitCommit and GitTreeState are stamped) or stamp.variables")
+	}
+	for _, kv := range c.Stamp.StampVariables() {
+		name, value := kv[0], kv[1]
+		if !stampVarRE.MatchString(name) {
+			return fieldErr(f, "stamp.variables."+name, "not <import path>.<Name>, e.g. example.com/project/pkg/version.Version")
+		}
+		if !slices.Contains(StampValues, value) {
+			return fieldErr(f, "stamp.variables."+name, "unknown value %q (use one of %s)", value, strings.Join(StampValues, ", "))
+		}
 	}
 	if !nameRE.MatchString(c.Cache.GoCache) {
 		return fieldErr(f, "cache.gocache", "%q is not a cache id (lower-case letters, digits, '.', '_', '-')", c.Cache.GoCache)
@@ -457,8 +519,23 @@ func (img *Image) validate(c *Config, root string) error {
 	if img.User == "" {
 		img.User = DefaultUser
 	}
+	if img.User == "root" {
+		img.User = "0:0"
+	}
 	if !userRE.MatchString(img.User) {
-		return fieldErr(f, "user", "%q must be numeric uid[:gid] (the image has no user database to resolve names)", img.User)
+		return fieldErr(f, "user", "%q must be numeric uid[:gid] or root (the image has no user database to resolve names)", img.User)
+	}
+	if uid, _, _ := strings.Cut(img.User, ":"); uid == "0" && strings.TrimSpace(img.RootReason) == "" {
+		return fieldErr(f, "user", "%q runs the image as root; say why in rootReason (e.g. \"manages host networking\"), or run as a non-root uid", img.User)
+	}
+	for i, plat := range img.Platforms {
+		p, err := ParsePlatform(plat)
+		if err != nil {
+			return fieldErr(f, fmt.Sprintf("platforms[%d]", i), "%v", err)
+		}
+		if !slices.ContainsFunc(c.ParsedPlatforms, func(q ocispec.Platform) bool { return FormatPlatform(q) == FormatPlatform(p) }) {
+			return fieldErr(f, fmt.Sprintf("platforms[%d]", i), "%s is not among the platforms of %s (%s); an image can only narrow them", FormatPlatform(p), File, strings.Join(c.Platforms, ", "))
+		}
 	}
 	if img.Workdir == "" {
 		img.Workdir = "/"
@@ -476,13 +553,24 @@ func (img *Image) validate(c *Config, root string) error {
 			return fieldErr(f, "labels", "empty label key")
 		}
 	}
+	reserved := map[string]string{"/etc/passwd": "the generated user database", "/etc/group": "the generated user database"}
+	for _, b := range img.Binaries {
+		reserved["/usr/local/bin/"+b] = "the binary " + b
+	}
 	for i, file := range img.Files {
 		field := fmt.Sprintf("files[%d]", i)
 		if file.Src == "" || filepath.IsAbs(file.Src) || strings.HasPrefix(filepath.Clean(file.Src), "..") {
 			return fieldErr(f, field+".src", "%q must be a path inside %s", file.Src, img.Dir)
 		}
-		if _, err := os.Stat(filepath.Join(root, img.Dir, file.Src)); err != nil {
+		folder := filepath.Join(root, img.Dir)
+		src := filepath.Join(folder, file.Src)
+		fi, err := os.Stat(src)
+		if err != nil {
 			return fieldErr(f, field+".src", "%s/%s does not exist", img.Dir, file.Src)
+		}
+		// A symlink may not lead out of the image folder either.
+		if real, err := filepath.EvalSymlinks(src); err != nil || !within(mustEval(folder), real) {
+			return fieldErr(f, field+".src", "%s/%s leads outside %s", img.Dir, file.Src, img.Dir)
 		}
 		if !strings.HasPrefix(file.Dest, "/") {
 			return fieldErr(f, field+".dest", "%q must be an absolute path in the image", file.Dest)
@@ -491,6 +579,25 @@ func (img *Image) validate(c *Config, root string) error {
 			img.Files[i].Mode = "0644"
 		} else if !modeRE.MatchString(file.Mode) {
 			return fieldErr(f, field+".mode", "%q is not an octal file mode such as \"0644\"", file.Mode)
+		} else if m, _ := strconv.ParseUint(file.Mode, 8, 32); m&0o6000 != 0 {
+			return fieldErr(f, field+".mode", "%s sets setuid or setgid; kiln images carry neither", file.Mode)
+		}
+		dests := []string{path.Clean(file.Dest)}
+		if fi.IsDir() {
+			img.Files[i].Dir = true
+			dests = nil
+			filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					rel, _ := filepath.Rel(src, p)
+					dests = append(dests, path.Join(file.Dest, filepath.ToSlash(rel)))
+				}
+				return nil
+			})
+		}
+		for _, dest := range dests {
+			if what, ok := reserved[dest]; ok {
+				return fieldErr(f, field+".dest", "%s would overwrite %s", dest, what)
+			}
 		}
 	}
 	return nil

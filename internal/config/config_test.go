@@ -135,6 +135,15 @@ func TestLoadBadInput(t *testing.T) {
 		{"escaping extra file", image(goodImage + "files:\n  - src: ../../build/kiln.yaml\n    dest: /x\n"), []string{img, "files[0].src"}},
 		{"bad file mode", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: /etc/a.conf\n    mode: rwx\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].mode"}},
 		{"relative file dest", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: etc/a.conf\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].dest"}},
+		{"root without a reason", image(goodImage + "user: root\n"), []string{img, "user", "rootReason"}},
+		{"uid 0 without a reason", image(goodImage + "user: \"0:0\"\n"), []string{img, "user", "rootReason"}},
+		{"image platform outside the build's", image(goodImage + "platforms: [linux/arm/v7]\n"), []string{img, "platforms[0]", "linux/arm/v7", "linux/amd64, linux/arm64"}},
+		{"setuid file mode", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: /etc/a.conf\n    mode: \"4755\"\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].mode", "setuid"}},
+		{"file over a binary", map[string]string{img: goodImage + "files:\n  - src: a.sh\n    dest: /usr/local/bin/antctl\n", "images/antrea-agent/a.sh": "x"}, []string{img, "files[0].dest", "the binary antctl"}},
+		{"folder over the user database", map[string]string{img: goodImage + "files:\n  - src: etc\n    dest: /etc\n", "images/antrea-agent/etc/passwd": "x"}, []string{img, "files[0].dest", "/etc/passwd", "user database"}},
+		{"missing folder", image(goodImage + "files:\n  - src: scripts/\n    dest: /usr/local/bin/\n"), []string{img, "files[0].src", "does not exist"}},
+		{"unknown stamp value", kiln("package: example.com/m/pkg/version", "package: example.com/m/pkg/version\n  variables:\n    example.com/m/pkg/version.GitSHA: sha"), []string{File, "stamp.variables.example.com/m/pkg/version.GitSHA", `unknown value "sha"`, "shortCommit"}},
+		{"stamp variable without a name", kiln("package: example.com/m/pkg/version", "package: example.com/m/pkg/version\n  variables:\n    example.com/m/pkg/version: version"), []string{File, "stamp.variables", "<import path>.<Name>"}},
 		{"bad image folder name", map[string]string{"images/Bad_Name/image.yaml": goodImage}, []string{"images/Bad_Name", "image name"}},
 	}
 	for _, tt := range tests {
@@ -212,5 +221,27 @@ func TestParsePlatformRefusesVariantsGoCannotTarget(t *testing.T) {
 	}
 	if _, err := ParsePlatform("linux/arm64/v9"); err == nil || !strings.Contains(err.Error(), "v8 only") {
 		t.Errorf("linux/arm64/v9 gave %v, want it refused", err)
+	}
+}
+
+func TestImageFeaturesOfARealProject(t *testing.T) {
+	img := "images/antrea-agent/image.yaml"
+	c, err := Load(repo(t, map[string]string{
+		img: goodImage + "user: root\nrootReason: manages host networking\nplatforms: [linux/amd64]\n" +
+			"files:\n  - src: scripts/\n    dest: /usr/local/bin/\n    mode: \"0755\"\n",
+		"images/antrea-agent/scripts/start.sh":   "#!/bin/sh\n",
+		"images/antrea-agent/scripts/lib/ovs.sh": "#!/bin/sh\n",
+		File: strings.Replace(goodKiln, "package: example.com/m/pkg/version", "variables:\n    example.com/m/pkg/version.Version: version\n    example.com/m/pkg/version.GitSHA: commit\n    example.com/m/pkg/version.ReleaseStatus: releaseStatus", 1),
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.Images[0]
+	if got.User != "0:0" || !got.Files[0].Dir || got.Platforms[0] != "linux/amd64" {
+		t.Errorf("image %+v", got)
+	}
+	vars := c.Stamp.StampVariables()
+	if len(vars) != 3 || vars[0] != [2]string{"example.com/m/pkg/version.GitSHA", "commit"} {
+		t.Errorf("stamp variables %v", vars)
 	}
 }

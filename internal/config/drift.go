@@ -16,6 +16,8 @@ type Finding struct {
 	Problem  string   `json:"problem"`
 	Cost     string   `json:"cost"`
 	Fix      string   `json:"fix"`
+	// Warning findings cost nothing at build time but are likely mistakes.
+	Warning bool `json:"warning,omitempty"`
 }
 
 func (f Finding) String() string {

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strings"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/golang"
@@ -76,6 +78,9 @@ func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
 		maps.Copy(all, shared)
 		in[golang.PackageStepName(target)] = all
 		for _, img := range p.Images {
+			if !slices.ContainsFunc(img.Targets, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == plat }) {
+				continue
+			}
 			step := map[string]string{"created": fmt.Sprint(p.SourceDateEpoch)}
 			cfg, _ := json.Marshal(img.Image)
 			step["image.yaml"] = short(cfg)

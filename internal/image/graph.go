@@ -87,8 +87,8 @@ func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.Sta
 
 // imageStates returns each platform's root filesystem of one image, in plan order.
 func (s *Graph) States(img plan.Image) []llb.State {
-	states := make([]llb.State, len(s.Plan.Platforms))
-	for i, target := range s.Plan.Platforms {
+	states := make([]llb.State, len(img.Targets))
+	for i, target := range img.Targets {
 		bins := map[string]llb.State{}
 		for _, b := range img.Binaries {
 			bins[b] = s.Binary(b, target)
@@ -106,7 +106,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		res := gateway.NewResult()
 		var mu sync.Mutex
 		eg, ctx := errgroup.WithContext(ctx)
-		for i, target := range s.Plan.Platforms {
+		for i, target := range img.Targets {
 			id := config.FormatPlatform(target)
 			eg.Go(func() error {
 				var marshal []llb.ConstraintsOpt
@@ -149,7 +149,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 			return nil, err
 		}
 		exp := exptypes.Platforms{}
-		for _, target := range s.Plan.Platforms {
+		for _, target := range img.Targets {
 			exp.Platforms = append(exp.Platforms, exptypes.Platform{ID: config.FormatPlatform(target), Platform: target})
 		}
 		dt, err := json.Marshal(exp)

@@ -58,6 +58,7 @@ func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 		mode, _ := strconv.ParseUint(f.Mode, 8, 32) // validated by config
 		fa = fa.Copy(context, img.Dir+"/"+f.Src, f.Dest, &llb.CopyInfo{
 			Mode: &llb.ChmodOpt{Mode: os.FileMode(mode)}, ChownOpt: ownerOpt(), CreatedTime: &created, CreateDestPath: true,
+			CopyDirContentsOnly: f.Dir,
 		})
 	}
 	return llb.Scratch().Platform(target).File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))

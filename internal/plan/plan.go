@@ -63,6 +63,9 @@ type Plan struct {
 	// ModFileHashes are the sha256 of each of ModFiles, read once here so
 	// no later stage reads go.mod again.
 	ModFileHashes map[string]string `json:"modFileHashes"`
+	// StampUnused are the stamp variables in packages no binary imports:
+	// the linker ignores them silently.
+	StampUnused []string `json:"stampUnused,omitempty"`
 	// ModFiles are the go.mod, go.sum, go.work and go.work.sum files
 	// (Root-relative) the module download step reads, and nothing else.
 	ModFiles []string `json:"modFiles"`
@@ -99,6 +102,17 @@ type Image struct {
 	config.Image
 	Name string `json:"name"`
 	Ref  string `json:"ref"`
+	// Targets are its platforms: the build's, narrowed by image.yaml.
+	Targets []ocispec.Platform `json:"-"`
+}
+
+// PlatformIDs returns the image's platforms as strings, in index order.
+func (img Image) PlatformIDs() []string {
+	ids := make([]string, len(img.Targets))
+	for i, plat := range img.Targets {
+		ids[i] = config.FormatPlatform(plat)
+	}
+	return ids
 }
 
 // Stamp is what the linker writes into the version package.
@@ -140,6 +154,19 @@ const (
 	devTreeState = "unknown"
 )
 
+// values are what each of config.StampValues stamps: stable stand-ins in
+// development builds, the real ones in release builds.
+func (s Stamp) values(sourceDate int64) map[string]string {
+	short, status, date := s.Commit, "unreleased", "1970-01-01T00:00:00Z"
+	if len(short) > 12 {
+		short = short[:12]
+	}
+	if s.Release {
+		status, date = "released", time.Unix(sourceDate, 0).UTC().Format(time.RFC3339)
+	}
+	return map[string]string{"version": s.Version, "commit": s.Commit, "shortCommit": short, "treeState": s.TreeState, "releaseStatus": status, "date": date}
+}
+
 // Resolve turns a configuration into a plan.
 func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 	if drift := cfg.Drift(); len(drift) > 0 {
@@ -172,14 +199,29 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode)
-	if err := p.resolveBinaries(cfg); err != nil {
+	imported, err := p.resolveBinaries(cfg)
+	if err != nil {
 		return nil, err
+	}
+	for _, kv := range cfg.Stamp.StampVariables() {
+		if pkg := kv[0][:strings.LastIndex(kv[0], ".")]; !imported[pkg] {
+			p.StampUnused = append(p.StampUnused, kv[0])
+		}
 	}
 	for _, img := range cfg.Images {
 		if len(opts.Images) > 0 && !slices.Contains(opts.Images, img.Name) {
 			continue
 		}
-		p.Images = append(p.Images, Image{Image: img, Name: img.Name, Ref: fmt.Sprintf("%s/%s:%s", cfg.Repository, img.Name, cfg.Tag)})
+		pi := Image{Image: img, Name: img.Name, Ref: fmt.Sprintf("%s/%s:%s", cfg.Repository, img.Name, cfg.Tag)}
+		for _, target := range p.Platforms {
+			if len(img.Platforms) == 0 || slices.Contains(img.Platforms, config.FormatPlatform(target)) {
+				pi.Targets = append(pi.Targets, target)
+			}
+		}
+		if len(pi.Targets) == 0 {
+			return nil, fmt.Errorf("%s/%s: platforms: %s builds none of %s", img.Dir, config.ImageYAML, img.Name, strings.Join(p.PlatformIDs(), ", "))
+		}
+		p.Images = append(p.Images, pi)
 	}
 	for _, want := range opts.Images {
 		if !slices.ContainsFunc(cfg.Images, func(i config.Image) bool { return i.Name == want }) {
@@ -287,14 +329,9 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 			return err
 		}
 	}
-	pkg := cfg.Stamp.Package
-	if pkg == "" {
-		return nil // another module: nothing to stamp
-	}
-	p.Stamp.LDFlags = []string{
-		"-X " + pkg + ".Version=" + p.Stamp.Version,
-		"-X " + pkg + ".GitCommit=" + p.Stamp.Commit,
-		"-X " + pkg + ".GitTreeState=" + p.Stamp.TreeState,
+	values := p.Stamp.values(p.SourceDateEpoch)
+	for _, kv := range cfg.Stamp.StampVariables() {
+		p.Stamp.LDFlags = append(p.Stamp.LDFlags, "-X "+kv[0]+"="+values[kv[1]])
 	}
 	return nil
 }
@@ -408,7 +445,8 @@ func (lp listedPackage) sourceFiles() []string {
 
 // resolveBinaries finds, for every target platform, the main-module
 // packages each binary depends on; their files are the binary's inputs.
-func (p *Plan) resolveBinaries(cfg *config.Config) error {
+func (p *Plan) resolveBinaries(cfg *config.Config) (map[string]bool, error) {
+	imported := map[string]bool{}
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
 	binModule := map[string]string{}
@@ -435,7 +473,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 		}
 		out, err := run(p.Root, env, "go", append(args, pkgs...)...)
 		if err != nil {
-			return fmt.Errorf("list packages for %s: %w%s", config.FormatPlatform(plat), err, Hint(err.Error()))
+			return nil, fmt.Errorf("list packages for %s: %w%s", config.FormatPlatform(plat), err, Hint(err.Error()))
 		}
 		byPath := map[string]listedPackage{}
 		dec := json.NewDecoder(strings.NewReader(out))
@@ -444,22 +482,23 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 			if err := dec.Decode(&lp); errors.Is(err, io.EOF) {
 				break
 			} else if err != nil {
-				return fmt.Errorf("list packages: %w", err)
+				return nil, fmt.Errorf("list packages: %w", err)
 			}
 			if lp.Error != nil {
-				return fmt.Errorf("package %s (%s): %s%s", lp.ImportPath, config.FormatPlatform(plat), lp.Error.Err, Hint(lp.Error.Err))
+				return nil, fmt.Errorf("package %s (%s): %s%s", lp.ImportPath, config.FormatPlatform(plat), lp.Error.Err, Hint(lp.Error.Err))
 			}
 			byPath[lp.ImportPath] = lp
 		}
 		for _, b := range cfg.Binaries {
 			main, ok := p.mainPackage(byPath, b.Package)
 			if !ok {
-				return fmt.Errorf("%s: binary %q: package %s not found in %s", config.File, b.Name, b.Package, p.Module)
+				return nil, fmt.Errorf("%s: binary %q: package %s not found in %s", config.File, b.Name, b.Package, p.Module)
 			}
 			if main.Module != nil {
 				binModule[b.Name] = main.Module.Path
 			}
 			for _, dep := range append([]string{main.ImportPath}, main.Deps...) {
+				imported[dep] = true
 				lp := byPath[dep]
 				if lp.Standard || lp.Module == nil {
 					continue
@@ -468,7 +507,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 				// are files of the repository: inputs of the binary.
 				if _, inside := within(p.Root, lp.Dir); inside && lp.Dir != "" {
 					if err := addPackageFiles(p.Root, lp, files[b.Name]); err != nil {
-						return err
+						return nil, err
 					}
 					continue
 				}
@@ -477,7 +516,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 					m = m.Replace
 				}
 				if m.Main || m.Version == "" {
-					return fmt.Errorf("binary %q: package %s is in %s, outside %s; BuildKit sees only the repository: move it under the repository or replace it with a module version", b.Name, lp.ImportPath, lp.Dir, p.Root)
+					return nil, fmt.Errorf("binary %q: package %s is in %s, outside %s; BuildKit sees only the repository: move it under the repository or replace it with a module version", b.Name, lp.ImportPath, lp.Dir, p.Root)
 				}
 				modules[m.Path+"@"+m.Version] = true
 			}
@@ -487,7 +526,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config) error {
 		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name])})
 	}
 	p.Modules = sortedSet(modules)
-	return nil
+	return imported, nil
 }
 
 // mainPackage finds a binary's package by its directory, else by import path.

@@ -80,7 +80,7 @@ func Load(ctx context.Context, opts build.Options, lopts LoadOptions) ([]LoadRes
 		jobs = append(jobs, buildkit.Job{
 			Name:          img.Name,
 			Build:         s.Build(img),
-			FrontendAttrs: map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")},
+			FrontendAttrs: map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")},
 			Export: client.ExportEntry{Type: client.ExporterOCI, Attrs: s.ExporterAttrs(img.Ref),
 				Output: func(map[string]string) (io.WriteCloser, error) { return pw, nil }},
 		})
@@ -136,7 +136,7 @@ func Smoke(ctx context.Context, opts build.Options, lopts LoadOptions) ([]SmokeR
 		if !strings.Contains(strings.SplitN(ref, "/", 2)[0], ".") {
 			ref = "docker.io/" + ref
 		}
-		for _, target := range p.Platforms {
+		for _, target := range img.Targets {
 			plat := platforms.Format(target)
 			ok, why := containerd.Runnable(target)
 			for _, b := range img.Binaries {

@@ -74,7 +74,7 @@ func pushWith(ctx context.Context, s *build.Session, registry string, plainHTTP,
 		if plainHTTP {
 			exportAttrs["registry.insecure"] = "true"
 		}
-		frontendAttrs := map[string]string{"platform": strings.Join(s.Plan.PlatformIDs(), ",")}
+		frontendAttrs := map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")}
 		for k, v := range attrs {
 			frontendAttrs[k] = v
 		}

@@ -119,16 +119,21 @@ func BudgetCheck(binary, platform string, size, budget int64, entry *SizeEntry) 
 	return c
 }
 
-// ImageChecks checks each image's config and files: a non-root user, no
-// setuid or setgid files, nothing world-writable but a sticky /tmp, every
-// file owned by root.
-func ImageChecks(r *Report, layouts map[string]*Layout) {
+// ImageChecks checks each image's config and files: a non-root user (root
+// only where rootReasons gives the image's reason), no setuid or setgid
+// files, nothing world-writable but a sticky /tmp, every file owned by root.
+func ImageChecks(r *Report, layouts map[string]*Layout, rootReasons map[string]string) {
 	for _, name := range slices.Sorted(maps.Keys(layouts)) {
 		for _, m := range layouts[name].Manifests {
 			subject := fmt.Sprintf("%s %s", name, m.Platform)
 			var problems []string
+			user := "non-root user " + m.Config.Config.User
 			if u := m.Config.Config.User; u == "" || u == "0" || u == "root" || strings.HasPrefix(u, "0:") {
-				problems = append(problems, fmt.Sprintf("runs as root (user %q)", u))
+				if reason := rootReasons[name]; reason != "" {
+					user = fmt.Sprintf("root, allowed: %s", reason)
+				} else {
+					problems = append(problems, fmt.Sprintf("runs as root (user %q) with no rootReason in its image.yaml", u))
+				}
 			}
 			for _, l := range m.Layers {
 				for _, f := range l.Files {
@@ -143,7 +148,7 @@ func ImageChecks(r *Report, layouts map[string]*Layout) {
 					}
 				}
 			}
-			detail := "non-root user " + m.Config.Config.User + ", no setuid/setgid, nothing world-writable but /tmp, root-owned"
+			detail := user + ", no setuid/setgid, nothing world-writable but /tmp, root-owned"
 			if len(problems) > 0 {
 				detail = strings.Join(problems, "; ")
 			}

@@ -18,23 +18,29 @@ func TestImageChecks(t *testing.T) {
 		name  string
 		l     map[string]*Layout
 		wants string // "" means the check passes
+		root  string // the image's rootReason
 	}{
-		{"good", layoutWith("65532:65532", good...), ""},
-		{"root user", layoutWith("0:0", good...), "runs as root"},
-		{"no user", layoutWith("", good...), "runs as root"},
-		{"setuid", layoutWith("65532", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid"},
-		{"world-writable", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o666}), "world-writable"},
-		{"non-sticky tmp", layoutWith("65532", File{Path: "tmp", Mode: 0o777, Type: '5'}), "world-writable"},
-		{"not root-owned", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o644, UID: 65532}), "owned by 65532:0"},
+		{"good", layoutWith("65532:65532", good...), "", ""},
+		{"root user", layoutWith("0:0", good...), "runs as root", ""},
+		{"root user with a reason", layoutWith("0:0", good...), "", "manages host networking"},
+		{"setuid with a root reason", layoutWith("0:0", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid", "manages host networking"},
+		{"no user", layoutWith("", good...), "runs as root", ""},
+		{"setuid", layoutWith("65532", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid", ""},
+		{"world-writable", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o666}), "world-writable", ""},
+		{"non-sticky tmp", layoutWith("65532", File{Path: "tmp", Mode: 0o777, Type: '5'}), "world-writable", ""},
+		{"not root-owned", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o644, UID: 65532}), "owned by 65532:0", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &Report{}
-			ImageChecks(r, tt.l)
+			ImageChecks(r, tt.l, map[string]string{"img": tt.root})
 			c := r.Checks[0]
 			if tt.wants == "" {
 				if !c.OK {
 					t.Errorf("failed: %s", c.Detail)
+				}
+				if tt.root != "" && !strings.Contains(c.Detail, tt.root) {
+					t.Errorf("detail %q does not give the reason root is allowed", c.Detail)
 				}
 				return
 			}
