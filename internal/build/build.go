@@ -16,6 +16,7 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 
 	"github.com/containerd/log"
@@ -217,6 +218,16 @@ type Session struct {
 	// signingKey signs published ones.
 	goCacheKey ed25519.PublicKey
 	signingKey ed25519.PrivateKey
+	// registries are the hosts whose credentials the daemon may ask for.
+	registries []string
+}
+
+// UseRegistry lets the daemon ask for the credentials of a registry this
+// build pushes to; the others it uses (caches) are added by Start.
+func (s *Session) UseRegistry(ref string) {
+	if host := buildkit.RegistryOf(ref); host != "" && !slices.Contains(s.registries, host) {
+		s.registries = append(s.registries, host)
+	}
 }
 
 // firstOf is the flag's value, else the configured one.
@@ -295,6 +306,16 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	s.Golang.TraceCompiles = opts.TraceCompiles
 	s.goCacheTo, s.goCacheMax = goCacheTo, opts.GoCacheMax
 	s.goCacheKey, s.signingKey = pinned, signing
+	for _, e := range append(append([]client.CacheOptionsEntry{}, cacheTo...), cacheFrom...) {
+		if ref := e.Attrs["ref"]; ref != "" {
+			s.UseRegistry(ref)
+		}
+	}
+	for _, repo := range []string{goCacheTo, goCacheFrom} {
+		if repo != "" {
+			s.UseRegistry(repo)
+		}
+	}
 	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
 		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
 	}
@@ -343,7 +364,7 @@ func (s *Session) Close() { s.daemon.Close() }
 
 func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
 	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
-		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx), s.attach...), Hint: plan.Hint}
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint}
 }
 
 func workerPlatform(ctx context.Context, d *buildkit.Daemon) (ocispec.Platform, error) {

@@ -7,9 +7,12 @@ package buildkit
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,16 +94,42 @@ func (m *Managed) ConfigFile() (string, error) {
 	return path, nil
 }
 
-// CacheDir is kiln's directory under the user cache dir (KILN_CACHE_DIR overrides).
+// CacheDir is kiln's directory under the user cache dir (KILN_CACHE_DIR
+// overrides). kiln runs the buildkitd and toolchain it finds there, so the
+// directory must be the user's own and writable by no one else.
 func CacheDir() (string, error) {
-	if d := os.Getenv("KILN_CACHE_DIR"); d != "" {
-		return filepath.Abs(d)
+	dir := os.Getenv("KILN_CACHE_DIR")
+	if dir == "" {
+		d, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("find the user cache dir (set KILN_CACHE_DIR): %w", err)
+		}
+		dir = filepath.Join(d, "kiln")
 	}
-	d, err := os.UserCacheDir()
+	dir, err := filepath.Abs(dir)
 	if err != nil {
-		return "", fmt.Errorf("find the user cache dir (set KILN_CACHE_DIR): %w", err)
+		return "", err
 	}
-	return filepath.Join(d, "kiln"), nil
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", err
+	}
+	return dir, trustedDir(dir)
+}
+
+// trustedDir refuses a directory another user owns or may write to.
+func trustedDir(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if ok && int(st.Uid) != os.Getuid() {
+		return fmt.Errorf("kiln cache %s belongs to uid %d, not you (uid %d): kiln runs the programs it caches there; use a directory of your own (KILN_CACHE_DIR) or chown it", dir, st.Uid, os.Getuid())
+	}
+	if fi.Mode().Perm()&0o022 != 0 {
+		return fmt.Errorf("kiln cache %s is writable by others (mode %o): kiln runs the programs it caches there; chmod go-w %s", dir, fi.Mode().Perm(), dir)
+	}
+	return nil
 }
 
 func (m *Managed) socket() string  { return filepath.Join(m.Dir, "buildkitd.sock") }
@@ -134,6 +163,9 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 		return nil, err
 	}
 	if err := m.EnsureBinary(ctx); err != nil {
+		return nil, err
+	}
+	if err := trustedDir(m.BinDir); err != nil {
 		return nil, err
 	}
 	if err := m.start(ctx); err != nil {
@@ -234,8 +266,10 @@ func alive(pid int) bool {
 // lock in the cache makes concurrent callers (daemons with other state
 // dirs, parallel test packages) build it once.
 func (m *Managed) EnsureBinary(ctx context.Context) error {
-	if _, err := os.Stat(m.Binary()); err == nil {
+	if err := m.checkBinary(); err == nil {
 		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	if err := os.MkdirAll(m.BinDir, 0o755); err != nil {
 		return err
@@ -245,7 +279,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 		return err
 	}
 	defer unlock()
-	if _, err := os.Stat(m.Binary()); err == nil {
+	if err := m.checkBinary(); err == nil {
 		return nil // built while we waited
 	}
 	log.G(ctx).Warnf("first run: building buildkitd %s into %s (once; about two minutes on two cores)", Version, m.BinDir)
@@ -268,7 +302,46 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 		os.Remove(tmp)
 		return fmt.Errorf("build buildkitd %s: %w\n%s", Version, err, out)
 	}
+	sum, err := fileSHA256(tmp)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(m.Binary()+".sha256", []byte(sum+"\n"), 0o644); err != nil {
+		return err
+	}
 	return os.Rename(tmp, m.Binary())
+}
+
+// checkBinary checks the cached buildkitd against the sha256 recorded when
+// kiln built it; os.ErrNotExist when there is none yet.
+func (m *Managed) checkBinary() error {
+	// Without a record (a binary kiln did not build, or an older kiln's)
+	// the binary counts as missing and is built again over it.
+	want, err := os.ReadFile(m.Binary() + ".sha256")
+	if err != nil {
+		return err
+	}
+	got, err := fileSHA256(m.Binary())
+	if err != nil {
+		return err
+	}
+	if got != strings.TrimSpace(string(want)) {
+		return fmt.Errorf("%s changed since kiln built it (sha256 %s, recorded %s): remove it and kiln builds it again", m.Binary(), got, strings.TrimSpace(string(want)))
+	}
+	return nil
+}
+
+func fileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // start launches buildkitd detached, so it outlives this invocation.

@@ -7,11 +7,13 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
 	dockerconfig "github.com/docker/cli/cli/config"
+	"github.com/docker/cli/cli/config/types"
 	"github.com/moby/buildkit/client"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	bksession "github.com/moby/buildkit/session"
@@ -70,15 +72,37 @@ func DockerConfigPath() string {
 }
 
 // AuthSession gives BuildKit the Docker config's credentials, on demand:
-// they never enter the LLB definition, the logs or an image.
-func AuthSession(ctx context.Context) []bksession.Attachable {
+// they never enter the LLB definition, the logs or an image. It answers only
+// for the registries this build uses (hosts); any other registry the
+// daemon asks about gets no credentials.
+func AuthSession(ctx context.Context, hosts []string) []bksession.Attachable {
 	cfg, err := dockerconfig.Load(DockerConfigDir())
 	if err != nil {
 		log.G(ctx).Warnf("read %s: %v; pushing without credentials", DockerConfigPath(), err)
 	}
 	return []bksession.Attachable{authprovider.NewDockerAuthProvider(authprovider.DockerAuthProviderConfig{
-		AuthConfigProvider: authprovider.LoadAuthConfig(cfg),
+		AuthConfigProvider: scopedAuth(authprovider.LoadAuthConfig(cfg), hosts),
 	})}
+}
+
+// scopedAuth answers for the given registry hosts only.
+func scopedAuth(provider authprovider.AuthConfigProvider, hosts []string) authprovider.AuthConfigProvider {
+	return func(ctx context.Context, host string, scope []string, check authprovider.ExpireCachedAuthCheck) (types.AuthConfig, error) {
+		if !slices.Contains(hosts, host) && !(host == "registry-1.docker.io" && slices.Contains(hosts, "docker.io")) {
+			return types.AuthConfig{}, nil
+		}
+		return provider(ctx, host, scope, check)
+	}
+}
+
+// RegistryOf returns the host of a registry, repository or image reference
+// (HOST[:PORT][/path][:tag]), or "" when it has none.
+func RegistryOf(ref string) string {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return ""
+	}
+	return reference.Domain(named)
 }
 
 // CacheImports are the layer caches the client asked for: a gateway build

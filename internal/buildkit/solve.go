@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -243,6 +244,18 @@ func JobCacheRef(ref, job string) string {
 	return ref + ":" + job
 }
 
+// sweep removes the temporary outputs of writers that died (a SIGKILL, a
+// power cut) before renaming them: those whose pid no longer runs.
+func sweep(dir, prefix string) {
+	matches, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
+	for _, m := range matches {
+		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(m), prefix), "-")
+		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && !alive(pid) {
+			os.RemoveAll(m)
+		}
+	}
+}
+
 // tempFor reserves a temporary name beside dest, on the same file system,
 // so the final rename is atomic.
 func tempFor(dest string, isDir bool) (string, error) {
@@ -250,7 +263,10 @@ func tempFor(dest string, isDir bool) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	pattern := "." + filepath.Base(dest) + ".tmp-*"
+	prefix := "." + filepath.Base(dest) + ".tmp-"
+	sweep(dir, prefix)
+	// The pid in the name tells a later run whether its writer is gone.
+	pattern := prefix + strconv.Itoa(os.Getpid()) + "-*"
 	if isDir {
 		return os.MkdirTemp(dir, pattern)
 	}
@@ -411,11 +427,15 @@ func WriteAtomic(path string, write func(io.Writer) error) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	name, err := tempFor(path, false)
 	if err != nil {
 		return err
 	}
-	defer os.Remove(f.Name())
+	defer os.Remove(name)
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
 	if err := write(f); err != nil {
 		f.Close()
 		return err

@@ -123,7 +123,9 @@ func Run(ctx context.Context, c *ctd.Client, namespace, ref string, p ocispec.Pl
 	if err != nil {
 		return "", fmt.Errorf("start %v in %s (%s): %w", args, ref, platforms.Format(p), err)
 	}
-	defer task.Delete(context.WithoutCancel(ctx))
+	// Delete kills and waits for a task still running (a timeout): deleting
+	// a live task fails, and then the container and its snapshot leak.
+	defer task.Delete(context.WithoutCancel(ctx), ctd.WithProcessKill)
 	exitc, err := task.Wait(ctx)
 	if err != nil {
 		return "", err
@@ -136,6 +138,10 @@ func Run(ctx context.Context, c *ctd.Client, namespace, ref string, p ocispec.Pl
 	case status = <-exitc:
 	case <-time.After(60 * time.Second):
 		task.Kill(ctx, 9)
+		select {
+		case <-exitc:
+		case <-time.After(10 * time.Second):
+		}
 		return "", errors.New("timed out after 60s")
 	}
 	code, _, err := status.Result()

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -110,13 +111,26 @@ func ResolveFetch(ctx context.Context, cacheDir string) (*Fetch, error) {
 	if hostNetrc == "" && home != "" {
 		hostNetrc = filepath.Join(home, ".netrc")
 	}
+	// Only the machines this download may contact: the proxies and the
+	// hosts of private modules. Other credentials stay on this machine.
+	private := strings.TrimSpace(env["GOPRIVATE"] + "," + env["GONOPROXY"])
+	hosts := proxyHosts(env["GOPROXY"])
 	if dt, err := os.ReadFile(hostNetrc); err == nil {
-		netrc.Write(dt)
+		netrc.Write(filterNetrc(dt, func(machine string) bool { return hosts[machine] || privateHost(private, machine) }))
 	}
 	if netrc.Len() > 0 {
 		f.Secrets["kiln-netrc"] = netrc.Bytes()
 	}
 	if !f.Direct {
+		return f, nil
+	}
+	if f.Tools, err = VCSTools(cacheDir); err != nil {
+		log.G(ctx).Warnf("modules fetched directly need git: %v", err)
+		f.Tools = ""
+	}
+	// Git and SSH credentials only when modules are private: go's default
+	// GOPROXY ends in "direct", which alone must not forward them.
+	if strings.Trim(private, ", ") == "" && os.Getenv(ForwardGitEnv) != "1" {
 		return f, nil
 	}
 	gitconfig := os.Getenv("GIT_CONFIG_GLOBAL")
@@ -133,11 +147,60 @@ func ResolveFetch(ctx context.Context, cacheDir string) (*Fetch, error) {
 		}
 	}
 	f.SSHAgent = os.Getenv("SSH_AUTH_SOCK")
-	if f.Tools, err = VCSTools(cacheDir); err != nil {
-		log.G(ctx).Warnf("modules fetched directly need git: %v", err)
-		f.Tools = ""
-	}
 	return f, nil
+}
+
+// ForwardGitEnv forwards the SSH agent and git configuration to the
+// download step even when no module is private (GOPRIVATE, GONOPROXY).
+const ForwardGitEnv = "KILN_FORWARD_GIT_CREDENTIALS"
+
+// privateHost reports whether machine is the host of a GOPRIVATE or
+// GONOPROXY pattern (their first path element, a glob).
+func privateHost(patterns, machine string) bool {
+	for _, p := range strings.Split(patterns, ",") {
+		host, _, _ := strings.Cut(strings.TrimSpace(p), "/")
+		if ok, _ := path.Match(host, machine); ok && host != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// proxyHosts are the hosts of the http(s) entries of a GOPROXY list.
+func proxyHosts(goproxy string) map[string]bool {
+	hosts := map[string]bool{}
+	for _, e := range plan.ProxyEntries(goproxy) {
+		if u, err := url.Parse(e.URL); err == nil && (u.Scheme == "https" || u.Scheme == "http") {
+			hosts[u.Hostname()] = true
+		}
+	}
+	return hosts
+}
+
+// filterNetrc keeps the machine entries whose host keep accepts; "default"
+// entries, which would answer any host, are dropped.
+func filterNetrc(data []byte, keep func(machine string) bool) []byte {
+	var out bytes.Buffer
+	fields := strings.Fields(string(data))
+	for i := 0; i < len(fields); {
+		if fields[i] != "machine" && fields[i] != "default" {
+			i++
+			continue
+		}
+		start, machine := i, ""
+		if fields[i] == "machine" && i+1 < len(fields) {
+			machine = fields[i+1]
+			i++
+		}
+		i++
+		for i < len(fields) && fields[i] != "machine" && fields[i] != "default" {
+			i++
+		}
+		if machine != "" && keep(machine) {
+			out.WriteString(strings.Join(fields[start:i], " ") + "\n")
+		}
+	}
+	return out.Bytes()
 }
 
 // rewriteProxy maps file:// entries to mounts and moves URL credentials

@@ -1,9 +1,16 @@
 package publish_test
 
 import (
+	"fmt"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/kiln-build/kiln/internal/containerd"
 
 	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/publish"
@@ -33,9 +40,13 @@ func TestLoadIntoContainerdAndSmoke(t *testing.T) {
 		}
 	}
 
+	before := containersAndSnapshots(t, sock)
 	results, err := publish.Smoke(ctx, opts, publish.LoadOptions{Address: sock})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if after := containersAndSnapshots(t, sock); after != before {
+		t.Errorf("smoke runs left containers or snapshots behind: %s before, %s after", before, after)
 	}
 	ran := map[string]int{}
 	for _, r := range results {
@@ -58,4 +69,31 @@ func TestLoadIntoContainerdAndSmoke(t *testing.T) {
 			t.Errorf("error: %v", err)
 		}
 	})
+}
+
+// containersAndSnapshots counts the containers and active snapshots of the
+// namespace images:smoke uses.
+func containersAndSnapshots(t *testing.T, sock string) string {
+	t.Helper()
+	c, err := containerd.Connect(context.Background(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := namespaces.WithNamespace(context.Background(), containerd.DefaultNamespace)
+	list, err := c.Containers(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var active int
+	err = c.SnapshotService("overlayfs").Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if info.Kind == snapshots.KindActive {
+			active++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%d containers and %d active snapshots", len(list), active)
 }

@@ -54,6 +54,7 @@ func push(ctx context.Context, s *build.Session, registry string, plainHTTP, lat
 
 // pushWith pushes with extra frontend attributes, e.g. attestation requests.
 func pushWith(ctx context.Context, s *build.Session, registry string, plainHTTP, latest bool, attrs map[string]string) ([]PushResult, error) {
+	s.UseRegistry(registry)
 	tags := []string{s.Plan.Stamp.Version}
 	if latest {
 		tags = append(tags, "latest")

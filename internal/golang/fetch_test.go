@@ -1,0 +1,53 @@
+package golang
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A canary credential for a host the download never contacts must not be
+// handed to the daemon, nor git and SSH credentials when no module is private.
+func TestDownloadCredentialsStayWithTheHostsThatNeedThem(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("NETRC", "")
+	t.Setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+	t.Setenv(ForwardGitEnv, "")
+	netrc := "machine proxy.example login u password proxy-pass\n" +
+		"machine unrelated.example login canary password canary-pass\n" +
+		"machine git.corp.example login g password git-pass\n" +
+		"default login any password default-pass\n"
+	os.WriteFile(filepath.Join(home, ".netrc"), []byte(netrc), 0o600)
+	os.WriteFile(filepath.Join(home, ".gitconfig"), []byte("[url \"ssh://git@git.corp.example/\"]\n\tinsteadOf = https://git.corp.example/\n"), 0o600)
+
+	t.Setenv("GOPROXY", "https://proxy.example,direct")
+	t.Setenv("GOPRIVATE", "")
+	t.Setenv("GONOPROXY", "")
+	f, err := ResolveFetch(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := string(f.Secrets["kiln-netrc"])
+	if !strings.Contains(secret, "proxy-pass") || strings.Contains(secret, "canary") || strings.Contains(secret, "git-pass") || strings.Contains(secret, "default-pass") {
+		t.Errorf("netrc secret with no private modules:\n%s", secret)
+	}
+	if f.SSHAgent != "" || f.Secrets["kiln-gitconfig"] != nil {
+		t.Errorf("git credentials forwarded with no private modules: agent %q, gitconfig %t", f.SSHAgent, f.Secrets["kiln-gitconfig"] != nil)
+	}
+
+	t.Setenv("GOPRIVATE", "git.corp.example/team/*")
+	f, err = ResolveFetch(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret = string(f.Secrets["kiln-netrc"])
+	if !strings.Contains(secret, "git-pass") || strings.Contains(secret, "canary") {
+		t.Errorf("netrc secret with private modules:\n%s", secret)
+	}
+	if f.SSHAgent == "" || f.Secrets["kiln-gitconfig"] == nil {
+		t.Error("git credentials not forwarded for private modules")
+	}
+}
