@@ -260,15 +260,15 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, pla
 //
 //	-registry=HOST[:PORT]   where images go (or REGISTRY)
 //	-dryrun                 show what would be published
-//	-latest, -insecure      as for images:push
+//	-latest, -skiptlsverify as for images:push
 //	-force                  release a tree with uncommitted changes
 //	-trustcaches            import the layer cache and seed Go cache snapshots,
 //	                        as other builds do (recorded in the summary and the
 //	                        provenance); by default a release reads no shared cache
-func Release(ctx context.Context, registry *string, latest *bool, insecure *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool) error {
+func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool) error {
 	o := cli.Options(nil, nil, progress)
 	r := publish.ReleaseOptions{
-		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), Insecure: cli.Bool(insecure)},
+		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify)},
 		DryRun:      cli.Bool(dryrun),
 		Force:       cli.Bool(force),
 		TrustCaches: cli.Bool(trustcaches),

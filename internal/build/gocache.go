@@ -35,7 +35,7 @@ func goCacheRepo(repo, flag string) (string, bool, error) {
 	if !strings.Contains(repo, "/") {
 		return "", false, fmt.Errorf("%s=%s: give a repository, HOST[:PORT]/path (e.g. %s/antrea/gocache)", flag, repo, repo)
 	}
-	r, plainHTTP, err := buildkit.RegistryHost(repo, false)
+	r, plainHTTP, err := buildkit.RegistryHost(repo)
 	if err != nil {
 		return "", false, fmt.Errorf("%s: %w", flag, err)
 	}
@@ -85,9 +85,6 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 	st := s.Golang.Snapshot(s.Plan.Binaries, s.Plan.Platforms, max)
 	attrs := s.ExporterAttrs(strings.Join(refs, ","))
 	attrs["push"] = "true"
-	if plainHTTP {
-		attrs["registry.insecure"] = "true"
-	}
 	job := buildkit.Job{
 		// Its layer cache carries the gocachesnap binary to other daemons.
 		Name: "gocache",
@@ -129,9 +126,6 @@ func (s *Session) signGoCache(ctx context.Context, refs []string, plainHTTP bool
 		llb.WithCustomName("[go cache] snapshot signature"))
 	attrs := s.ExporterAttrs(strings.Join(sigRefs, ","))
 	attrs["push"] = "true"
-	if plainHTTP {
-		attrs["registry.insecure"] = "true"
-	}
 	job := buildkit.Job{
 		Name: "gocache-signature",
 		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {

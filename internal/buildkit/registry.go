@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/containerd/containerd/v2/core/remotes/docker"
 
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
@@ -26,7 +27,7 @@ import (
 const RegistryEnv = "REGISTRY"
 
 // RegistryHost validates a registry and says whether it may use plain HTTP.
-func RegistryHost(registry string, insecure bool) (string, bool, error) {
+func RegistryHost(registry string) (string, bool, error) {
 	if registry == "" {
 		registry = os.Getenv(RegistryEnv)
 	}
@@ -45,15 +46,10 @@ func RegistryHost(registry string, insecure bool) (string, bool, error) {
 	if domain := reference.Domain(named); domain != host {
 		return "", false, fmt.Errorf("registry %q is read as %s/%s: give the registry host with a dot or a port (e.g. %s:5000 or %s.example.com)", registry, domain, registry, host, host)
 	}
-	hostname := host
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		hostname = h
-	}
-	loopback := hostname == "localhost"
-	if ip := net.ParseIP(hostname); ip != nil && ip.IsLoopback() {
-		loopback = true
-	}
-	return registry, loopback || insecure, nil
+	// BuildKit, like containerd, reaches loopback registries over plain HTTP
+	// and every other one over verified HTTPS; kiln's own client does the same.
+	loopback, _ := docker.MatchLocalhost(host)
+	return registry, loopback, nil
 }
 
 // DockerConfigDir is DOCKER_CONFIG, else ~/.docker, read at every call:
@@ -139,7 +135,6 @@ func JobCacheImports(imports []client.CacheOptionsEntry) []client.CacheOptionsEn
 }
 
 // CacheEntries parses a layer cache from the flag, else the configuration.
-// A registry on loopback is reached over plain HTTP, as for pushes.
 func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, error) {
 	value, source := flag, name
 	if value == "" {
@@ -151,11 +146,6 @@ func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, er
 	spec, err := config.ParseCache(value)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
-	}
-	if ref := spec.Attrs["ref"]; ref != "" {
-		if _, plainHTTP, err := RegistryHost(strings.SplitN(ref, "/", 2)[0], false); err == nil && plainHTTP {
-			spec.Attrs["registry.insecure"] = "true"
-		}
 	}
 	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
 }

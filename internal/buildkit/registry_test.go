@@ -15,13 +15,13 @@ func TestRegistryHostIsTheHostTheUserGave(t *testing.T) {
 		{"registry.example.com/antrea", "registry.example.com/antrea", false},
 		{"buildhost:5000", "buildhost:5000", false},
 	} {
-		got, plain, err := RegistryHost(tc.in, false)
+		got, plain, err := RegistryHost(tc.in)
 		if err != nil || got != tc.want || plain != tc.plainHTTP {
 			t.Errorf("RegistryHost(%q) = %q, %t, %v; want %q, %t", tc.in, got, plain, err, tc.want, tc.plainHTTP)
 		}
 	}
 	for _, bad := range []string{"buildhost", "buildhost/team", "Not A Registry"} {
-		if _, _, err := RegistryHost(bad, false); err == nil {
+		if _, _, err := RegistryHost(bad); err == nil {
 			t.Errorf("RegistryHost(%q) was accepted", bad)
 		} else if bad == "buildhost" && !strings.Contains(err.Error(), "docker.io") {
 			t.Errorf("RegistryHost(%q): %v; want it to say it would go to docker.io", bad, err)

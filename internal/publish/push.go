@@ -22,8 +22,9 @@ type PushOptions struct {
 	Registry string
 	// Latest also tags each image latest.
 	Latest bool
-	// Insecure allows plain HTTP to a registry that is not on loopback.
-	Insecure bool
+	// SkipTLSVerify sets BuildKit's registry.insecure: plain HTTP allowed
+	// and certificates not checked. Loopback registries need no flag.
+	SkipTLSVerify bool
 }
 
 // PushResult is one pushed image.
@@ -36,7 +37,7 @@ type PushResult struct {
 // Push builds every image and pushes it, all platforms in one index, tagged
 // with the version (and latest when asked).
 func Push(ctx context.Context, opts build.Options, popts PushOptions) ([]PushResult, error) {
-	registry, plainHTTP, err := buildkit.RegistryHost(popts.Registry, popts.Insecure)
+	registry, _, err := buildkit.RegistryHost(popts.Registry)
 	if err != nil {
 		return nil, err
 	}
@@ -45,15 +46,15 @@ func Push(ctx context.Context, opts build.Options, popts PushOptions) ([]PushRes
 		return nil, err
 	}
 	defer s.Close()
-	return push(ctx, s, registry, plainHTTP, popts.Latest)
+	return push(ctx, s, registry, popts.SkipTLSVerify, popts.Latest)
 }
 
-func push(ctx context.Context, s *build.Session, registry string, plainHTTP, latest bool) ([]PushResult, error) {
-	return pushWith(ctx, s, registry, plainHTTP, latest, nil)
+func push(ctx context.Context, s *build.Session, registry string, skipTLSVerify, latest bool) ([]PushResult, error) {
+	return pushWith(ctx, s, registry, skipTLSVerify, latest, nil)
 }
 
 // pushWith pushes with extra frontend attributes, e.g. attestation requests.
-func pushWith(ctx context.Context, s *build.Session, registry string, plainHTTP, latest bool, attrs map[string]string) ([]PushResult, error) {
+func pushWith(ctx context.Context, s *build.Session, registry string, skipTLSVerify, latest bool, attrs map[string]string) ([]PushResult, error) {
 	s.UseRegistry(registry)
 	tags := []string{s.Plan.Stamp.Version}
 	if latest {
@@ -72,7 +73,7 @@ func pushWith(ctx context.Context, s *build.Session, registry string, plainHTTP,
 		}
 		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","))
 		exportAttrs["push"] = "true"
-		if plainHTTP {
+		if skipTLSVerify {
 			exportAttrs["registry.insecure"] = "true"
 		}
 		frontendAttrs := map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")}

@@ -65,7 +65,7 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 	if p.Stamp.TreeState == "dirty" && !ropts.Force {
 		return nil, fmt.Errorf("the tree has uncommitted changes: commit them, or pass -force to release it stamped %q", "dirty")
 	}
-	registry, plainHTTP, err := buildkit.RegistryHost(ropts.Registry, ropts.Insecure)
+	registry, _, err := buildkit.RegistryHost(ropts.Registry)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +100,7 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 		return nil, err
 	}
 	s.SBOM = true
-	pushed, err := pushWith(ctx, s, registry, plainHTTP, ropts.Latest, map[string]string{"attest:provenance": "mode=max", "build-arg:KILN_CACHES": caches})
+	pushed, err := pushWith(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest, map[string]string{"attest:provenance": "mode=max", "build-arg:KILN_CACHES": caches})
 	if err != nil {
 		return nil, err
 	}

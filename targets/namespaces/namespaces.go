@@ -81,12 +81,14 @@ func (Images) Smoke(ctx context.Context, address *string, namespace *string, pla
 //
 //	-registry=HOST[:PORT]   (or REGISTRY)
 //	-latest                 also tag latest
-//	-insecure               plain HTTP beyond loopback
+//	-skiptlsverify          let BuildKit use plain HTTP and skip certificate
+//	                        checks for this registry (registry.insecure); a
+//	                        loopback registry needs no flag
 //	-platforms, -stamp, -progress, -cacheto, -cachefrom as for images
-func (Images) Push(ctx context.Context, registry *string, latest *bool, insecure *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string) error {
+func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
-	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), Insecure: cli.Bool(insecure)})
+	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify)})
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
