@@ -79,11 +79,16 @@ func TestEveryDocumentedTargetResolves(t *testing.T) {
 	}
 }
 
-// TestAdoptingRepository is a repository of its own that adds kiln the way
-// the README says: a magefile with two imports, magefiles/go.mod requiring
-// kiln, build/kiln.yaml and one image.
+// TestAdoptingRepository is an Antrea-shaped repository of its own that
+// adds kiln the way the README says: a magefile with two imports,
+// magefiles/go.mod requiring kiln, build/kiln.yaml with Antrea's stamp
+// variables, an agent image on a digest-pinned base running as root with a
+// folder of scripts, and a controller image on scratch. Its binaries share a
+// package and use a module from the proxy.
 func TestAdoptingRepository(t *testing.T) {
-	testdaemon.Buildkit(t)
+	d := testdaemon.Buildkit(t)
+	reg := testdaemon.StartRegistry(t)
+	base := reg.PushBase(t, d, "antrea/base")
 	kiln := testdaemon.RepoRoot(t)
 	repo := t.TempDir()
 	read := func(rel string) string {
@@ -96,59 +101,163 @@ func TestAdoptingRepository(t *testing.T) {
 	kilnYAML := read("build/kiln.yaml")
 	kilnYAML = kilnYAML[:strings.Index(kilnYAML, "# The binaries kiln builds")] + `
 binaries:
-  - name: hello
-    package: ./cmd/hello
+  - {name: antctl, package: ./cmd/antctl}
+  - {name: antrea-agent, package: ./cmd/antrea-agent}
+  - {name: antrea-cni, package: ./cmd/antrea-cni}
+  - {name: antrea-controller, package: ./cmd/antrea-controller}
 stamp:
-  package: example.com/adopter/pkg/version
+  variables:
+    example.com/antrea/pkg/version.Version: version
+    example.com/antrea/pkg/version.GitSHA: commit
+    example.com/antrea/pkg/version.GitTreeState: treeState
+    example.com/antrea/pkg/version.ReleaseStatus: releaseStatus
 cache:
   gocache: adopter-gocache
   gomodcache: adopter-gomodcache
-repository: adopter
+repository: antrea
 tag: dev
-source: https://example.com/adopter
+source: https://example.com/antrea
 `
+	var sums []string
+	for _, line := range strings.Split(read("go.sum"), "\n") {
+		if strings.HasPrefix(line, "golang.org/x/mod ") {
+			sums = append(sums, line)
+		}
+	}
+	mainOf := func(name string) string {
+		return "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n\n\t\"example.com/antrea/pkg/version\"\n)\n\n" +
+			"func main() {\n\tif len(os.Args) > 1 && os.Args[1] == \"--version\" {\n\t\tfmt.Println(\"" + name + "\", version.String())\n\t\treturn\n\t}\n\tfmt.Println(\"" + name + " runs\")\n}\n"
+	}
 	modfixture.Write(t, repo, map[string]string{
-		"go.mod":                  "module example.com/adopter\n\ngo 1.26\n",
-		"cmd/hello/main.go":       "package main\n\nimport (\n\t\"fmt\"\n\n\t\"example.com/adopter/pkg/version\"\n)\n\nfunc main() { fmt.Println(\"hello\", version.Version) }\n",
-		"pkg/version/version.go":  "package version\n\nvar Version, GitCommit, GitTreeState = \"\", \"\", \"\"\n",
-		"build/kiln.yaml":         kilnYAML,
-		"images/hello/image.yaml": "binaries: [hello]\nentrypoint: [/usr/local/bin/hello]\n",
-		"mage.go":                 read("mage.go"),
-		"magefiles/magefile.go":   read("magefiles/magefile.go"),
-		"magefiles/go.mod": "module example.com/adopter/magefiles\n\ngo 1.26.8\n\nrequire github.com/kiln-build/kiln v0.0.0\n\n" +
+		"go.mod":                        "module example.com/antrea\n\ngo 1.26\n\nrequire golang.org/x/mod v0.41.0\n",
+		"go.sum":                        strings.Join(sums, "\n") + "\n",
+		"cmd/antctl/main.go":            mainOf("antctl"),
+		"cmd/antrea-agent/main.go":      mainOf("antrea-agent"),
+		"cmd/antrea-cni/main.go":        mainOf("antrea-cni"),
+		"cmd/antrea-controller/main.go": mainOf("antrea-controller"),
+		"pkg/version/version.go": "package version\n\nimport \"golang.org/x/mod/semver\"\n\n" +
+			"var Version, GitSHA, GitTreeState, ReleaseStatus = \"\", \"\", \"\", \"\"\n\n" +
+			"func String() string { return Version + \" \" + GitSHA + \" \" + GitTreeState + \" \" + ReleaseStatus + \" semver=\" + semver.Major(Version) }\n",
+		"build/kiln.yaml": kilnYAML,
+		"images/antrea-agent/image.yaml": "base: " + base + "\nplatforms: [linux/amd64, linux/arm64]\nbinaries: [antrea-agent, antrea-cni, antctl]\nentrypoint: [/usr/local/bin/antrea-agent]\n" +
+			"user: root\nrootReason: the agent programs the host's Open vSwitch and iptables\n" +
+			"files:\n  - {src: scripts/, dest: /usr/local/bin/, mode: \"0755\"}\n",
+		"images/antrea-agent/scripts/start_ovs":   "#!/bin/sh\necho ovs started\n",
+		"images/antrea-agent/scripts/install_cni": "#!/bin/sh\necho cni installed\n",
+		"images/antrea-controller/image.yaml":     "binaries: [antrea-controller, antctl]\nentrypoint: [/usr/local/bin/antrea-controller]\n",
+		".gitignore":                              "_output/\nmagefiles/mage_output_file.go\n",
+		"mage.go":                                 read("mage.go"),
+		"magefiles/magefile.go":                   read("magefiles/magefile.go"),
+		"magefiles/go.mod": "module example.com/antrea/magefiles\n\ngo 1.26.8\n\nrequire github.com/kiln-build/kiln v0.0.0\n\n" +
 			"replace github.com/kiln-build/kiln => " + kiln + "\n\ntool github.com/magefile/mage\n",
 		"magefiles/go.sum": read("magefiles/go.sum"),
 	})
-	tidy := exec.Command("go", "mod", "tidy")
-	tidy.Dir = filepath.Join(repo, "magefiles")
-	if out, err := tidy.CombinedOutput(); err != nil {
-		t.Fatalf("go mod tidy in magefiles: %v\n%s", err, out)
+	for _, args := range [][]string{{"mod", "tidy"}} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = filepath.Join(repo, "magefiles")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %v in magefiles: %v\n%s", args, err, out)
+		}
 	}
+	git := func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+			"GIT_AUTHOR_DATE=2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2026-01-01T00:00:00Z")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-qm", "antrea")
+	git("tag", "v2.3.0")
+
 	deps := exec.Command("go", "list", "-deps", "./...")
 	deps.Dir = repo
-	if out, err := deps.CombinedOutput(); err != nil || strings.Contains(string(out), "buildkit") {
+	if out, err := deps.CombinedOutput(); err != nil || strings.Contains(string(out), "buildkit") || strings.Contains(string(out), "kiln-build") {
 		t.Fatalf("the product's packages: %v\n%s", err, out)
 	}
+	run := func(args ...string) string {
+		t.Helper()
+		out, err := mage(t, repo, args...)
+		if err != nil {
+			t.Fatalf("mage %v in the adopting repository: %v\n%s", args, err, out)
+		}
+		return out
+	}
 
-	out, err := mage(t, repo, "plan")
-	if err != nil || !strings.Contains(out, "example.com/adopter/pkg/version.Version=v0.0.0-dev") {
-		t.Fatalf("mage plan in the adopting repository: %v\n%s", err, out)
+	if out := run("plan"); !strings.Contains(out, "example.com/antrea/pkg/version.ReleaseStatus=unreleased") || !strings.Contains(out, "golang.org/x/mod@v0.41.0") {
+		t.Fatalf("mage plan:\n%s", out)
 	}
-	out, err = mage(t, repo, "images", "-platforms=linux/amd64", "-progress=plain")
+	images := run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
+	agentTar := filepath.Join(repo, "_output", "images", "antrea-agent.oci.tar")
+	layout, err := verify.ReadLayout(agentTar)
 	if err != nil {
-		t.Fatalf("mage images in the adopting repository: %v\n%s", err, out)
+		t.Fatalf("%v\n%s", err, images)
 	}
-	tarball := filepath.Join(repo, "_output", "images", "hello.oci.tar")
-	layout, err := verify.ReadLayout(tarball)
+	for _, m := range layout.Manifests {
+		for _, f := range []string{"etc/os-release", "bin/busybox", "usr/local/bin/antrea-agent", "usr/local/bin/start_ovs", "usr/local/bin/install_cni"} {
+			if _, ok := m.File(f); !ok {
+				t.Errorf("%s: /%s missing from the agent image on its base", m.Platform, f)
+			}
+		}
+		if script, _ := m.File("usr/local/bin/start_ovs"); script.Mode&0o777 != 0o755 {
+			t.Errorf("%s: start_ovs mode %o", m.Platform, script.Mode)
+		}
+		c := m.Config.Config
+		if c.User != "0:0" || !slices.Contains(c.Env, "BASE=kiln-test") || c.Labels["vendor"] != "kiln-test-base" || len(m.Layers) < 2 {
+			t.Errorf("%s: the agent image does not sit on its base: user %q env %v labels %v, %d layers", m.Platform, c.User, c.Env, c.Labels, len(m.Layers))
+		}
+	}
+	if out := run("verify"); !strings.Contains(out, "root, allowed: the agent programs the host") {
+		t.Errorf("mage verify does not report the allowed root:\n%s", out)
+	}
+	if out := run("release", "-dryrun", "-registry="+reg.Addr); !strings.Contains(out, "release v2.3.0") || !strings.Contains(out, reg.Addr+"/antrea/antrea-agent:v2.3.0") {
+		t.Errorf("mage release -dryrun:\n%s", out)
+	}
+
+	run("images", "-platforms=linux/amd64", "-stamp", "-progress=quiet")
+	stamped, err := verify.ReadLayout(agentTar)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, out)
+		t.Fatal(err)
 	}
-	if !strings.Contains(out, "adopter/hello:dev") || len(layout.Manifests) != 1 {
-		t.Errorf("images printed %q and wrote %d manifests", out, len(layout.Manifests))
+	agent, _ := stamped.Manifests[0].File("usr/local/bin/antrea-agent")
+	if out := runELF(t, agent.Data, "--version"); !strings.Contains(out, "antrea-agent v2.3.0 ") || !strings.Contains(out, " clean released semver=v2") {
+		t.Errorf("the stamped agent says %q; want the adopter's own variables stamped", out)
 	}
-	if _, ok := layout.Manifests[0].File("usr/local/bin/hello"); !ok {
-		t.Error("the image lacks /usr/local/bin/hello")
+
+	before := digestsOf(images)
+	run("buildkit:prune")
+	after := digestsOf(run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet"))
+	if len(before) != 2 || !slices.Equal(before, after) {
+		t.Errorf("digests before a prune %v, after %v", before, after)
 	}
+}
+
+// digestsOf are the index digests mage images printed, one per image.
+func digestsOf(out string) []string {
+	var ds []string
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && strings.HasPrefix(f[1], "sha256:") {
+			ds = append(ds, f[1])
+		}
+	}
+	return ds
+}
+
+// runELF writes a binary out and runs it on this machine.
+func runELF(t *testing.T, data []byte, args ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "bin")
+	if err := os.WriteFile(path, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(path, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, out)
+	}
+	return string(out)
 }
 
 func TestProductBinariesImportNothingOfTheBuildLayer(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/containerd/log"
-	dockerconfig "github.com/docker/cli/cli/config"
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
@@ -51,7 +50,7 @@ func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string)
 		log.G(ctx).Warnf("Go cache snapshot: %v; building without it", err)
 		return
 	}
-	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.Plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: registryCredentials(), Max: s.goCacheMax, PublicKey: s.goCacheKey})
+	snap, err := gocache.Fetch(ctx, repo, gocache.Tags(s.Plan), cacheDir, gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials(), Max: s.goCacheMax, PublicKey: s.goCacheKey})
 	switch {
 	case errors.Is(err, gocache.ErrNotFound):
 		log.G(ctx).Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
@@ -114,7 +113,7 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 // signGoCache signs the layer of a pushed snapshot and pushes the signature
 // as a one-file image under <tag>.sig of each of its tags.
 func (s *Session) signGoCache(ctx context.Context, refs []string, plainHTTP bool) error {
-	layer, err := gocache.LayerDigest(ctx, refs[0], gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: registryCredentials()})
+	layer, err := gocache.LayerDigest(ctx, refs[0], gocache.FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials()})
 	if err != nil {
 		return fmt.Errorf("sign the Go cache snapshot %s: %w", refs[0], err)
 	}
@@ -211,23 +210,4 @@ func SeededCacheID(shared, snapshotDigest string) string {
 		hex = hex[:12]
 	}
 	return shared + "-seed-" + hex
-}
-
-// registryCredentials answers a registry's credential requests from the
-// Docker config.
-func registryCredentials() func(host string) (string, string, error) {
-	cfg, _ := dockerconfig.Load(buildkit.DockerConfigDir())
-	return func(host string) (string, string, error) {
-		if cfg == nil {
-			return "", "", nil
-		}
-		a, err := cfg.GetAuthConfig(host)
-		if err != nil {
-			return "", "", err
-		}
-		if a.IdentityToken != "" {
-			return "", a.IdentityToken, nil
-		}
-		return a.Username, a.Password, nil
-	}
 }

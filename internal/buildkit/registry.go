@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
 
 	"github.com/containerd/log"
@@ -148,4 +149,32 @@ func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, er
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
+}
+
+// Resolver is a registry client for kiln's own reads (snapshots, base
+// digests): plain HTTP when plainHTTP (loopback), credentials from creds.
+func Resolver(plainHTTP bool, creds func(host string) (string, string, error)) remotes.Resolver {
+	hosts := docker.ConfigureDefaultRegistries(
+		docker.WithPlainHTTP(func(string) (bool, error) { return plainHTTP, nil }),
+		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(creds))))
+	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+}
+
+// Credentials answers a registry's credential requests from the Docker
+// config.
+func Credentials() func(host string) (string, string, error) {
+	cfg, _ := dockerconfig.Load(DockerConfigDir())
+	return func(host string) (string, string, error) {
+		if cfg == nil {
+			return "", "", nil
+		}
+		a, err := cfg.GetAuthConfig(host)
+		if err != nil {
+			return "", "", err
+		}
+		if a.IdentityToken != "" {
+			return "", a.IdentityToken, nil
+		}
+		return a.Username, a.Password, nil
+	}
 }

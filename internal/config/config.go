@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/distribution/reference"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"go.yaml.in/yaml/v3"
 )
@@ -146,6 +147,11 @@ type Image struct {
 	// Platforms narrows the build's platforms for this image (e.g. a base
 	// without linux/arm/v7); every one must be a build platform.
 	Platforms []string `yaml:"platforms"`
+	// Base is the image this one is built on, pinned by digest
+	// (REGISTRY/NAME[:TAG]@sha256:…); scratch when empty. The image
+	// inherits its env, entrypoint, args, user, workdir and labels unless
+	// image.yaml sets them.
+	Base string `yaml:"base"`
 
 	Name string `yaml:"-"` // the folder's name
 	Dir  string `yaml:"-"` // the folder, relative to the repository root
@@ -510,19 +516,24 @@ func (img *Image) validate(c *Config, root string) error {
 		}
 		seen[b] = true
 	}
-	if len(img.Entrypoint) == 0 {
+	if img.Base != "" {
+		if err := checkBase(img.Base); err != nil {
+			return fieldErr(f, "base", "%v", err)
+		}
+	}
+	if len(img.Entrypoint) == 0 && img.Base == "" {
 		return fieldErr(f, "entrypoint", "missing; e.g. [/usr/local/bin/%s]", img.Binaries[0])
 	}
-	if !strings.HasPrefix(img.Entrypoint[0], "/") {
+	if len(img.Entrypoint) > 0 && !strings.HasPrefix(img.Entrypoint[0], "/") {
 		return fieldErr(f, "entrypoint[0]", "%q must be an absolute path (images have no shell or PATH lookup guarantees)", img.Entrypoint[0])
 	}
-	if img.User == "" {
+	if img.User == "" && img.Base == "" {
 		img.User = DefaultUser
 	}
 	if img.User == "root" {
 		img.User = "0:0"
 	}
-	if !userRE.MatchString(img.User) {
+	if img.User != "" && !userRE.MatchString(img.User) {
 		return fieldErr(f, "user", "%q must be numeric uid[:gid] or root (the image has no user database to resolve names)", img.User)
 	}
 	if uid, _, _ := strings.Cut(img.User, ":"); uid == "0" && strings.TrimSpace(img.RootReason) == "" {
@@ -537,10 +548,10 @@ func (img *Image) validate(c *Config, root string) error {
 			return fieldErr(f, fmt.Sprintf("platforms[%d]", i), "%s is not among the platforms of %s (%s); an image can only narrow them", FormatPlatform(p), File, strings.Join(c.Platforms, ", "))
 		}
 	}
-	if img.Workdir == "" {
+	if img.Workdir == "" && img.Base == "" {
 		img.Workdir = "/"
 	}
-	if !strings.HasPrefix(img.Workdir, "/") {
+	if img.Workdir != "" && !strings.HasPrefix(img.Workdir, "/") {
 		return fieldErr(f, "workdir", "%q must be an absolute path", img.Workdir)
 	}
 	for _, k := range sortedKeys(img.Env) {
@@ -610,4 +621,16 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// checkBase accepts a base image reference pinned by digest.
+func checkBase(ref string) error {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return fmt.Errorf("%q is not an image reference: %v", ref, err)
+	}
+	if _, ok := named.(reference.Digested); !ok {
+		return fmt.Errorf("%q is not pinned by digest, so the image would change when the tag moves; run `mage images:pin` to write its digest here (%s@sha256:…)", ref, ref)
+	}
+	return nil
 }

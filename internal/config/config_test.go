@@ -231,7 +231,7 @@ func TestImageFeaturesOfARealProject(t *testing.T) {
 			"files:\n  - src: scripts/\n    dest: /usr/local/bin/\n    mode: \"0755\"\n",
 		"images/antrea-agent/scripts/start.sh":   "#!/bin/sh\n",
 		"images/antrea-agent/scripts/lib/ovs.sh": "#!/bin/sh\n",
-		File: strings.Replace(goodKiln, "package: example.com/m/pkg/version", "variables:\n    example.com/m/pkg/version.Version: version\n    example.com/m/pkg/version.GitSHA: commit\n    example.com/m/pkg/version.ReleaseStatus: releaseStatus", 1),
+		File:                                     strings.Replace(goodKiln, "package: example.com/m/pkg/version", "variables:\n    example.com/m/pkg/version.Version: version\n    example.com/m/pkg/version.GitSHA: commit\n    example.com/m/pkg/version.ReleaseStatus: releaseStatus", 1),
 	}))
 	if err != nil {
 		t.Fatal(err)

@@ -25,11 +25,11 @@ import (
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/remotes"
-	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 )
@@ -95,10 +95,7 @@ type FetchOptions struct {
 }
 
 func newResolver(opts FetchOptions) remotes.Resolver {
-	hosts := docker.ConfigureDefaultRegistries(
-		docker.WithPlainHTTP(func(string) (bool, error) { return opts.PlainHTTP, nil }),
-		docker.WithAuthorizer(docker.NewDockerAuthorizer(docker.WithAuthCreds(opts.Credentials))))
-	return docker.NewResolver(docker.ResolverOptions{Hosts: hosts})
+	return buildkit.Resolver(opts.PlainHTTP, opts.Credentials)
 }
 
 // ErrNotFound means no tag of the repository holds a snapshot.

@@ -18,7 +18,7 @@ func TestConfigCarriesTheImageAndThePlanFacts(t *testing.T) {
 		Labels: map[string]string{"org.opencontainers.image.title": "agent"},
 	}}
 	arm := ocispec.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}
-	c := Config(p, img, arm)
+	c := Config(p, img, arm, nil)
 	if want := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "A=1", "B=2"}; !slices.Equal(c.Config.Env, want) {
 		t.Errorf("env %q, want %q (sorted after PATH)", c.Config.Env, want)
 	}
@@ -38,7 +38,37 @@ func TestConfigCarriesTheImageAndThePlanFacts(t *testing.T) {
 		t.Errorf("history %+v", c.History)
 	}
 	p.Revision = ""
-	if _, ok := Config(p, img, arm).Config.Labels[ocispec.AnnotationRevision]; ok {
+	if _, ok := Config(p, img, arm, nil).Config.Labels[ocispec.AnnotationRevision]; ok {
 		t.Error("a build outside git still has a revision label")
+	}
+}
+
+func TestConfigOnABaseKeepsWhatImageYAMLLeavesUnset(t *testing.T) {
+	p := &plan.Plan{SourceDateEpoch: 1700000000, Stamp: plan.Stamp{Version: "v1"}}
+	base := &ocispec.Image{
+		Config: ocispec.ImageConfig{
+			Env: []string{"PATH=/usr/sbin:/usr/bin", "OVS=1", "LANG=C"}, Entrypoint: []string{"/start.sh"}, Cmd: []string{"--x"},
+			User: "0", WorkingDir: "/var/run", Labels: map[string]string{"vendor": "base", "org.opencontainers.image.title": "base"},
+		},
+		History: []ocispec.History{{CreatedBy: "base layer"}},
+	}
+	img := plan.Image{Name: "agent", Image: config.Image{Env: map[string]string{"LANG": "C.UTF-8"}, Labels: map[string]string{"org.opencontainers.image.title": "agent"}}}
+	c := Config(p, img, ocispec.Platform{OS: "linux", Architecture: "amd64"}, base)
+	if want := []string{"PATH=/usr/sbin:/usr/bin", "OVS=1", "LANG=C.UTF-8"}; !slices.Equal(c.Config.Env, want) {
+		t.Errorf("env %q, want %q", c.Config.Env, want)
+	}
+	if !slices.Equal(c.Config.Entrypoint, []string{"/start.sh"}) || !slices.Equal(c.Config.Cmd, []string{"--x"}) || c.Config.User != "0" || c.Config.WorkingDir != "/var/run" {
+		t.Errorf("inherited %+v", c.Config)
+	}
+	if c.Config.Labels["vendor"] != "base" || c.Config.Labels["org.opencontainers.image.title"] != "agent" {
+		t.Errorf("labels %v", c.Config.Labels)
+	}
+	if len(c.History) != 2 || c.History[0].CreatedBy != "base layer" {
+		t.Errorf("history %+v; want the base's then kiln's", c.History)
+	}
+	img.Entrypoint, img.User = []string{"/usr/local/bin/agent"}, "65532"
+	c = Config(p, img, ocispec.Platform{OS: "linux", Architecture: "amd64"}, base)
+	if !slices.Equal(c.Config.Entrypoint, []string{"/usr/local/bin/agent"}) || c.Config.Cmd != nil || c.Config.User != "65532" {
+		t.Errorf("an entrypoint of its own drops the base's args: %+v", c.Config)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/moby/buildkit/client/llb"
+	"github.com/moby/buildkit/client/llb/sourceresolver"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	gatewaypb "github.com/moby/buildkit/frontend/gateway/pb"
@@ -117,6 +118,10 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 				if err != nil {
 					return err
 				}
+				base, err := baseConfig(ctx, c, img, target)
+				if err != nil {
+					return err
+				}
 				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c)})
 				if err != nil {
 					return err
@@ -125,7 +130,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 				if err != nil {
 					return err
 				}
-				cfg, err := json.Marshal(Config(s.Plan, img, target))
+				cfg, err := json.Marshal(Config(s.Plan, img, target, base))
 				if err != nil {
 					return err
 				}
@@ -228,4 +233,25 @@ func (g *Graph) Definitions() (map[string]string, error) {
 		}
 	}
 	return defs, nil
+}
+
+// baseConfig reads the base image's config for the platform; nil on scratch.
+func baseConfig(ctx context.Context, c gateway.Client, img plan.Image, target ocispec.Platform) (*ocispec.Image, error) {
+	if img.Base == "" {
+		return nil, nil
+	}
+	_, _, dt, err := c.ResolveImageConfig(ctx, img.Base, sourceresolver.Opt{ImageOpt: &sourceresolver.ResolveImageOpt{Platform: &target}})
+	if err != nil {
+		return nil, fmt.Errorf("%s/%s: base %s for %s: %w; check that the registry is reachable with your Docker credentials and that the base has this platform (or narrow the image's platforms)",
+			img.Dir, config.ImageYAML, img.Base, config.FormatPlatform(target), err)
+	}
+	var base ocispec.Image
+	if err := json.Unmarshal(dt, &base); err != nil {
+		return nil, fmt.Errorf("base %s for %s: config: %w", img.Base, config.FormatPlatform(target), err)
+	}
+	if base.OS != target.OS || base.Architecture != target.Architecture {
+		return nil, fmt.Errorf("%s/%s: base %s has no %s image (it gave %s/%s); narrow the image's platforms or pick a base that has it",
+			img.Dir, config.ImageYAML, img.Base, config.FormatPlatform(target), base.OS, base.Architecture)
+	}
+	return &base, nil
 }

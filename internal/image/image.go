@@ -34,6 +34,9 @@ func AssembleStepName(image string, target ocispec.Platform) string {
 // Rootfs assembles the image for one platform. binaries maps a binary name
 // to the state holding it at /<name>; context holds the image folder files.
 func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.State, context llb.State, created time.Time) llb.State {
+	if img.Base != "" {
+		return onBase(img, target, binaries, context, created)
+	}
 	root := 0
 	owner := llb.WithUIDGID(root, root)
 	stamp := llb.WithCreatedTime(created)
@@ -49,18 +52,7 @@ func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 		Mkfile("/etc/group", 0o644, group, owner, stamp).
 		Copy(emptyDir, "/d", "/tmp", &llb.CopyInfo{Mode: &llb.ChmodOpt{ModeStr: "1777"}, ChownOpt: ownerOpt(), CreatedTime: &created}).
 		Mkdir(BinDir, 0o755, llb.WithParents(true), owner, stamp)
-	for _, b := range img.Binaries {
-		fa = fa.Copy(binaries[b], "/"+b, BinDir+"/"+b, &llb.CopyInfo{
-			Mode: &llb.ChmodOpt{Mode: 0o755}, ChownOpt: ownerOpt(), CreatedTime: &created,
-		})
-	}
-	for _, f := range img.Files {
-		mode, _ := strconv.ParseUint(f.Mode, 8, 32) // validated by config
-		fa = fa.Copy(context, img.Dir+"/"+f.Src, f.Dest, &llb.CopyInfo{
-			Mode: &llb.ChmodOpt{Mode: os.FileMode(mode)}, ChownOpt: ownerOpt(), CreatedTime: &created, CreateDestPath: true,
-			CopyDirContentsOnly: f.Dir,
-		})
-	}
+	fa = addContent(fa, img, binaries, context, created)
 	return llb.Scratch().Platform(target).File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))
 }
 
@@ -87,14 +79,40 @@ func userDatabase(user string) (passwd, group []byte) {
 }
 
 // Config is the OCI image config of one image for one platform. The
-// exporter fills in the layer diff ids and history.
-func Config(p *plan.Plan, img plan.Image, target ocispec.Platform) ocispec.Image {
+// exporter fills in the layer diff ids. base is the base image's config, nil
+// on scratch: its env, entrypoint, args, user, workdir and labels are kept
+// unless image.yaml sets them.
+func Config(p *plan.Plan, img plan.Image, target ocispec.Platform, base *ocispec.Image) ocispec.Image {
 	created := p.Created()
-	env := []string{"PATH=" + BinDir + ":/usr/bin:/bin"}
+	var inherited ocispec.ImageConfig
+	var history []ocispec.History
+	if base != nil {
+		inherited, history = base.Config, base.History
+	}
+	env := inherited.Env
+	if base == nil {
+		env = []string{"PATH=" + BinDir + ":/usr/bin:/bin"}
+	}
 	for _, k := range slices.Sorted(maps.Keys(img.Env)) {
+		env = slices.DeleteFunc(slices.Clone(env), func(kv string) bool { return strings.HasPrefix(kv, k+"=") })
 		env = append(env, k+"="+img.Env[k])
 	}
+	entrypoint, cmd := inherited.Entrypoint, inherited.Cmd
+	if len(img.Entrypoint) > 0 {
+		entrypoint, cmd = img.Entrypoint, nil
+	}
+	if len(img.Args) > 0 {
+		cmd = img.Args
+	}
+	user, workdir := inherited.User, inherited.WorkingDir
+	if img.User != "" {
+		user = img.User
+	}
+	if img.Workdir != "" {
+		workdir = img.Workdir
+	}
 	labels := map[string]string{}
+	maps.Copy(labels, inherited.Labels)
 	maps.Copy(labels, img.Labels)
 	labels[ocispec.AnnotationCreated] = created.Format(time.RFC3339)
 	labels[ocispec.AnnotationVersion] = p.Stamp.Version
@@ -108,21 +126,51 @@ func Config(p *plan.Plan, img plan.Image, target ocispec.Platform) ocispec.Image
 		Created:  &created,
 		Platform: target,
 		Config: ocispec.ImageConfig{
-			User:       img.User,
-			Env:        env,
-			Entrypoint: img.Entrypoint,
-			Cmd:        img.Args,
-			WorkingDir: img.Workdir,
-			Labels:     labels,
+			User:         user,
+			Env:          env,
+			Entrypoint:   entrypoint,
+			Cmd:          cmd,
+			WorkingDir:   workdir,
+			Labels:       labels,
+			ExposedPorts: inherited.ExposedPorts,
+			Volumes:      inherited.Volumes,
+			StopSignal:   inherited.StopSignal,
 		},
 		RootFS: ocispec.RootFS{Type: "layers"},
 		// Written here, not left to the exporter: it would describe a layer
 		// taken from an imported cache as "imported <digest>", and the
 		// digest would then depend on where the layer came from.
-		History: []ocispec.History{{
+		History: append(slices.Clone(history), ocispec.History{
 			Created:   &created,
 			CreatedBy: fmt.Sprintf("kiln: assemble %s for %s", img.Name, config.FormatPlatform(target)),
 			Comment:   "kiln",
-		}},
+		}),
 	}
+}
+
+// addContent adds the binaries and the image folder's files.
+func addContent(fa *llb.FileAction, img plan.Image, binaries map[string]llb.State, context llb.State, created time.Time) *llb.FileAction {
+	for _, b := range img.Binaries {
+		fa = fa.Copy(binaries[b], "/"+b, BinDir+"/"+b, &llb.CopyInfo{
+			Mode: &llb.ChmodOpt{Mode: 0o755}, ChownOpt: ownerOpt(), CreatedTime: &created,
+		})
+	}
+	for _, f := range img.Files {
+		mode, _ := strconv.ParseUint(f.Mode, 8, 32) // validated by config
+		fa = fa.Copy(context, img.Dir+"/"+f.Src, f.Dest, &llb.CopyInfo{
+			Mode: &llb.ChmodOpt{Mode: os.FileMode(mode)}, ChownOpt: ownerOpt(), CreatedTime: &created, CreateDestPath: true,
+			CopyDirContentsOnly: f.Dir,
+		})
+	}
+	return fa
+}
+
+// onBase layers the binaries and files on the base image for the platform:
+// one layer over the base's, which keep their digests. The base's user
+// database and /tmp are its own.
+func onBase(img plan.Image, target ocispec.Platform, binaries map[string]llb.State, context llb.State, created time.Time) llb.State {
+	base := llb.Image(img.Base, llb.Platform(target), llb.WithCustomNamef("[%s %s] base %s", img.Name, config.FormatPlatform(target), img.Base))
+	fa := llb.Mkdir(BinDir, 0o755, llb.WithParents(true), llb.WithUIDGID(0, 0), llb.WithCreatedTime(created))
+	fa = addContent(fa, img, binaries, context, created)
+	return base.File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))
 }

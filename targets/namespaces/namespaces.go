@@ -98,6 +98,25 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 	return nil
 }
 
+// Pins every image's base to the digest its tag names now.
+//
+// Writes REGISTRY/NAME:TAG@sha256:… into each image.yaml whose base has no
+// digest yet; credentials come from the Docker config (DOCKER_CONFIG).
+func (Images) Pin(ctx context.Context) error {
+	cli.Logging()
+	pinned, err := build.PinBases(ctx, build.Options{})
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	if len(pinned) == 0 {
+		fmt.Println("every base is pinned by digest already")
+	}
+	for _, p := range pinned {
+		fmt.Printf("%s\tbase %s\n\t-> %s\n", p.File, p.From, p.To)
+	}
+	return nil
+}
+
 // Verify holds the checks that rebuild.
 type Verify mg.Namespace
 
