@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -289,9 +290,11 @@ func plant(t *testing.T, layer []byte, mediaType string) []byte {
 	tw := tar.NewWriter(&out)
 	for _, e := range entries {
 		if strings.HasSuffix(e.h.Name, "-a") {
+			// The go command reads only entries of its exact fixed-width form.
 			f := strings.Fields(string(e.data))
-			f[2], f[3] = target, targetSize
-			e.data = []byte(strings.Join(f, " ") + "\n")
+			size, _ := strconv.Atoi(targetSize)
+			ts, _ := strconv.ParseInt(f[4], 10, 64)
+			e.data = fmt.Appendf(nil, "v1 %s %s %20d %20d\n", f[1], target, size, ts)
 			e.h.Size = int64(len(e.data))
 		}
 		if err := tw.WriteHeader(e.h); err != nil {
