@@ -152,11 +152,11 @@ source: https://example.com/antrea
 			"replace github.com/kiln-build/kiln => " + kiln + "\n\ntool github.com/magefile/mage\n",
 		"magefiles/go.sum": read("magefiles/go.sum"),
 	})
-	for _, args := range [][]string{{"mod", "tidy"}} {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = filepath.Join(repo, "magefiles")
+	for _, dir := range []string{repo, filepath.Join(repo, "magefiles")} {
+		cmd := exec.Command("go", "mod", "tidy")
+		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %v in magefiles: %v\n%s", args, err, out)
+			t.Fatalf("go mod tidy in %s: %v\n%s", dir, err, out)
 		}
 	}
 	git := func(args ...string) {

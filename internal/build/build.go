@@ -316,6 +316,11 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 			s.UseRegistry(repo)
 		}
 	}
+	for _, img := range s.Plan.Images {
+		if img.Base != "" {
+			s.UseRegistry(img.Base)
+		}
+	}
 	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
 		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
 	}
