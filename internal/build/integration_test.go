@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/buildkit/client"
 
@@ -88,6 +89,27 @@ func TestImagesIntegration(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("a no-op build sends no image and leaves the tarballs in place", func(t *testing.T) {
+		before := map[string]time.Time{}
+		for _, img := range first {
+			fi, err := os.Stat(img.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before[img.Path] = fi.ModTime()
+		}
+		again, err := build.Images(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, first, again.Images)
+		for _, img := range again.Images {
+			if fi, err := os.Stat(img.Path); err != nil || !fi.ModTime().Equal(before[img.Path]) {
+				t.Errorf("%s was written again (%v)", img.Path, err)
+			}
+		}
+	})
 
 	t.Run("same digests from another checkout directory", func(t *testing.T) {
 		copyDir := t.TempDir()

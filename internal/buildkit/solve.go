@@ -1,7 +1,9 @@
 package buildkit
 
 import (
+	"archive/tar"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -14,11 +16,15 @@ import (
 	"time"
 
 	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	"github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/util/progress/progressui"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Job is one solve: a gateway build function and where its result goes.
@@ -132,6 +138,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		}
 	}
 	results := make([]Result, len(jobs))
+	unchanged := make([]bool, len(jobs))
 	var fwd sync.WaitGroup
 	// Jobs run one after another. Concurrent sessions syncing the same local
 	// sources into one shared snapshot were seen, rarely, to give a step a
@@ -152,7 +159,13 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 			if exp.Type == client.ExporterLocal {
 				exp.OutputDir = tmp
 			} else {
-				exp.Output = func(map[string]string) (io.WriteCloser, error) {
+				exp.Output = func(md map[string]string) (io.WriteCloser, error) {
+					// A no-op build exports the image it exported last
+					// time: the daemon skips sending it when told so.
+					if dg := md[exptypes.ExporterImageDigestKey]; dg != "" && dg == layoutDigest(job.Dest) {
+						unchanged[i] = true
+						return alreadyExported{}, nil
+					}
 					return os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 				}
 			}
@@ -208,6 +221,10 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	}
 	for i, job := range jobs {
 		if job.Dest == "" {
+			continue
+		}
+		if unchanged[i] {
+			os.RemoveAll(temps[i])
 			continue
 		}
 		if err := Replace(temps[i], job.Dest); err != nil {
@@ -444,4 +461,41 @@ func WriteAtomic(path string, write func(io.Writer) error) error {
 		return err
 	}
 	return Replace(f.Name(), path)
+}
+
+// alreadyExported answers the daemon's tarball stream with AlreadyExists,
+// which BuildKit's OCI exporter takes as success without sending the image.
+type alreadyExported struct{}
+
+func (alreadyExported) Write([]byte) (int, error) {
+	return 0, status.Error(codes.AlreadyExists, "the image is in place already")
+}
+
+func (alreadyExported) Close() error {
+	return status.Error(codes.AlreadyExists, "the image is in place already")
+}
+
+// layoutDigest is the index digest of an OCI layout tarball, "" when there
+// is none (no file, or not a layout). Only the headers are read.
+func layoutDigest(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			return ""
+		}
+		if h.Name != "index.json" {
+			continue
+		}
+		var index ocispec.Index
+		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil || len(index.Manifests) != 1 {
+			return ""
+		}
+		return index.Manifests[0].Digest.String()
+	}
 }
