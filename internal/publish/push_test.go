@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -116,4 +117,30 @@ func TestPushToARegistry(t *testing.T) {
 			t.Errorf("bad registry: %v", err)
 		}
 	})
+}
+
+// A registry off loopback is reached over verified HTTPS: a certificate from
+// a CA the daemon does not trust is refused unless -skiptlsverify says so,
+// and a CA in the daemon's configuration is enough.
+func TestPushToATLSRegistryChecksItsCertificate(t *testing.T) {
+	trusted := testdaemon.StartTLSRegistry(t)
+	testdaemon.BuildkitWithConfig(t, fmt.Sprintf("[registry.%q]\n  ca = [%q]\n", trusted.Addr, trusted.CAFile))
+	stranger := testdaemon.StartTLSRegistry(t)
+	ctx := context.Background()
+	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Images: []string{"antrea-controller"}, Progress: "quiet", OutDir: t.TempDir()}
+
+	_, err := publish.Push(ctx, opts, publish.PushOptions{Registry: stranger.Addr})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a push to a registry whose CA the daemon does not trust gave %v; want a certificate error", err)
+	}
+	results, err := publish.Push(ctx, opts, publish.PushOptions{Registry: trusted.Addr})
+	if err != nil {
+		t.Fatalf("a push with the CA in the daemon's configuration: %v", err)
+	}
+	if dg, _, _, err := trusted.Manifest("antrea/antrea-controller", "v0.0.0-dev"); err != nil || dg != results[0].Digest {
+		t.Errorf("the trusted registry holds %s (%v), the push reported %s", dg, err, results[0].Digest)
+	}
+	if _, err := publish.Push(ctx, opts, publish.PushOptions{Registry: stranger.Addr, SkipTLSVerify: true}); err != nil {
+		t.Errorf("an explicit -skiptlsverify push: %v", err)
+	}
 }

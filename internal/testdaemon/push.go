@@ -27,7 +27,7 @@ func (r *Registry) PushLayer(t testing.TB, name string, tags []string, layer []b
 		"layers":        []map[string]any{{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layerDigest, "size": len(layer)}},
 	})
 	for _, tag := range tags {
-		req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf("http://%s/v2/%s/manifests/%s", r.Addr, name, tag), bytes.NewReader(manifest))
+		req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf(r.scheme+"://%s/v2/%s/manifests/%s", r.Addr, name, tag), bytes.NewReader(manifest))
 		req.Header.Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
 		r.do(t, req, http.StatusCreated)
 	}
@@ -36,14 +36,14 @@ func (r *Registry) PushLayer(t testing.TB, name string, tags []string, layer []b
 func (r *Registry) pushBlob(t testing.TB, name string, data []byte) string {
 	t.Helper()
 	dg := fmt.Sprintf("sha256:%x", sha256.Sum256(data))
-	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://%s/v2/%s/blobs/uploads/", r.Addr, name), nil)
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf(r.scheme+"://%s/v2/%s/blobs/uploads/", r.Addr, name), nil)
 	resp := r.do(t, req, http.StatusAccepted)
 	loc, err := url.Parse(resp.Header.Get("Location"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !loc.IsAbs() {
-		loc, _ = url.Parse(fmt.Sprintf("http://%s%s", r.Addr, loc))
+		loc, _ = url.Parse(fmt.Sprintf(r.scheme+"://%s%s", r.Addr, loc))
 	}
 	q := loc.Query()
 	q.Set("digest", dg)
@@ -57,7 +57,7 @@ func (r *Registry) pushBlob(t testing.TB, name string, data []byte) string {
 func (r *Registry) do(t testing.TB, req *http.Request, want int) *http.Response {
 	t.Helper()
 	req.SetBasicAuth(r.User, r.Pass)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := r.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,6 +46,13 @@ func RepoRoot(t testing.TB) string {
 // the end. Integration tests are skipped with -short.
 func Buildkit(t *testing.T) *buildkit.Daemon {
 	t.Helper()
+	return BuildkitWithConfig(t, "")
+}
+
+// BuildkitWithConfig is Buildkit with extra buildkitd.toml lines, such as
+// a registry's CA.
+func BuildkitWithConfig(t *testing.T, extra string) *buildkit.Daemon {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs buildkitd")
 	}
@@ -60,6 +67,20 @@ func Buildkit(t *testing.T) *buildkit.Daemon {
 		t.Fatal(err)
 	}
 	m.Dir = dir
+	if extra != "" {
+		base, err := m.ConfigFile()
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := os.ReadFile(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Config = filepath.Join(dir, "buildkitd-test.toml")
+		if err := os.WriteFile(m.Config, append(append(data, '\n'), extra...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	c, err := m.Ensure(context.Background())
 	if err != nil {
 		Unavailable(t, "cannot start buildkitd: %v", err)

@@ -109,14 +109,14 @@ func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey) {
 }
 
 // writeCert writes ca.pem (trust), cert.pem and key.pem (signed by signer) into dir.
-func writeCert(t *testing.T, dir string, signer *x509.Certificate, signerKey *ecdsa.PrivateKey, trust *x509.Certificate, usage x509.ExtKeyUsage) {
+func writeCert(t *testing.T, dir string, signer *x509.Certificate, signerKey *ecdsa.PrivateKey, trust *x509.Certificate, usage x509.ExtKeyUsage, ips ...net.IP) {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: filepath.Base(dir)},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		IPAddresses: append([]net.IP{net.ParseIP("127.0.0.1")}, ips...),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, signer, &key.PublicKey, signerKey)
 	if err != nil {
