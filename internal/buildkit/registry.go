@@ -92,14 +92,16 @@ func scopedAuth(provider authprovider.AuthConfigProvider, hosts []string) authpr
 	}
 }
 
-// RegistryOf returns the host of a registry, repository or image reference
-// (HOST[:PORT][/path][:tag]), or "" when it has none.
+// RegistryOf returns the registry host of a registry, repository or image
+// reference (HOST[:PORT]/path[:tag][@digest]), by the reference grammar's
+// rule: a first path element with a dot or a port, or localhost, is a host;
+// otherwise the reference is Docker Hub's.
 func RegistryOf(ref string) string {
-	named, err := reference.ParseNormalizedNamed(ref)
-	if err != nil {
-		return ""
+	first, rest, hasPath := strings.Cut(ref, "/")
+	if hasPath && rest != "" && (strings.ContainsAny(first, ".:") || first == "localhost") {
+		return first
 	}
-	return reference.Domain(named)
+	return "docker.io"
 }
 
 // CacheImports are the layer caches the client asked for: a gateway build

@@ -28,3 +28,17 @@ func TestRegistryHostIsTheHostTheUserGave(t *testing.T) {
 		}
 	}
 }
+
+func TestRegistryOfReadsTheHostAsTheReferenceGrammarDoes(t *testing.T) {
+	for ref, want := range map[string]string{
+		"192.0.2.2:46045/antrea":                   "192.0.2.2:46045",
+		"registry.example/antrea/base:1@sha256:ab": "registry.example",
+		"localhost/x":                              "localhost",
+		"busybox:1":                                "docker.io",
+		"library/busybox":                          "docker.io",
+	} {
+		if got := RegistryOf(ref); got != want {
+			t.Errorf("RegistryOf(%q) = %q, want %q", ref, got, want)
+		}
+	}
+}

@@ -55,7 +55,7 @@ func push(ctx context.Context, s *build.Session, registry string, skipTLSVerify,
 
 // pushWith pushes with extra frontend attributes, e.g. attestation requests.
 func pushWith(ctx context.Context, s *build.Session, registry string, skipTLSVerify, latest bool, attrs map[string]string) ([]PushResult, error) {
-	s.UseRegistry(registry)
+	s.UseRegistry(registry + "/" + s.Plan.Repository)
 	tags := []string{s.Plan.Stamp.Version}
 	if latest {
 		tags = append(tags, "latest")
