@@ -160,6 +160,13 @@ func TestRelease(t *testing.T) {
 			if !listed["stdlib"] || !listed["antctl"] {
 				t.Errorf("%s: SBOM lacks the standard library", name)
 			}
+			// Each image lists the modules of its own binaries and no others:
+			// the agent image carries the CNI plugin, the controller does not.
+			wantCNI := strings.Contains(name, "agent")
+			if !listed["github.com/prometheus/client_golang"] || !listed["github.com/spf13/cobra"] || listed["github.com/containernetworking/cni"] != wantCNI {
+				t.Errorf("%s: SBOM modules prometheus %t, cobra %t, cni %t (want cni %t)", name,
+					listed["github.com/prometheus/client_golang"], listed["github.com/spf13/cobra"], listed["github.com/containernetworking/cni"], wantCNI)
+			}
 		}
 	})
 

@@ -4,12 +4,14 @@ package antctl
 
 import (
 	"encoding/json"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/kiln-build/kiln/pkg/version"
 )
@@ -17,48 +19,67 @@ import (
 // Name is the binary's name.
 const Name = "antctl"
 
-const usage = `usage: antctl version [--server URL]
+// errUsage marks a command line antctl does not understand (exit 2).
+var errUsage = errors.New("usage")
 
-Commands:
-  version   print antctl's version, and the server's with --server
-`
+// newCommand is antctl's command tree, as Antrea builds its own with cobra.
+func newCommand(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:           Name,
+		Short:         "antctl talks to Antrea's agent and controller",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cmd.Usage()
+			return errUsage
+		},
+	}
+	var server string
+	versionCmd := &cobra.Command{
+		Use:   "version",
+		Short: "print antctl's version, and the server's with --server",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			fmt.Fprintln(stdout, version.Get(Name))
+			if server == "" {
+				return nil
+			}
+			info, err := serverVersion(server)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(stdout, info)
+			return nil
+		},
+	}
+	versionCmd.Flags().StringVar(&server, "server", "", "base URL of an antrea-agent or antrea-controller, e.g. http://127.0.0.1:10349")
+	root.AddCommand(versionCmd)
+	root.SetOut(stderr)
+	root.SetErr(stderr)
+	return root
+}
 
 // Main runs antctl with the given arguments and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		fmt.Fprint(stderr, usage)
-		if len(args) == 0 {
-			return 2
-		}
+	if len(args) > 0 && args[0] == "--version" {
+		args = append([]string{"version"}, args[1:]...)
+	}
+	root := newCommand(stdout, stderr)
+	root.SetArgs(args)
+	err := root.Execute()
+	switch {
+	case err == nil:
 		return 0
-	}
-	switch args[0] {
-	case "version", "--version":
-		return versionCmd(args[1:], stdout, stderr)
-	default:
-		fmt.Fprintf(stderr, "antctl: unknown command %q\n%s", args[0], usage)
+	case errors.Is(err, errUsage):
 		return 2
-	}
-}
-
-func versionCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("antctl version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	server := fs.String("server", "", "base URL of an antrea-agent or antrea-controller, e.g. http://127.0.0.1:10349")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	fmt.Fprintln(stdout, version.Get(Name))
-	if *server == "" {
-		return 0
-	}
-	info, err := serverVersion(*server)
-	if err != nil {
+	case strings.HasPrefix(err.Error(), "unknown command"), strings.HasPrefix(err.Error(), "unknown flag"):
 		fmt.Fprintf(stderr, "antctl: %v\n", err)
-		return 1
+		root.Usage()
+		return 2
 	}
-	fmt.Fprintln(stdout, info)
-	return 0
+	fmt.Fprintf(stderr, "antctl: %v\n", err)
+	return 1
 }
 
 func serverVersion(base string) (version.Info, error) {

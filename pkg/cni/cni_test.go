@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/containernetworking/cni/pkg/types"
+	cniversion "github.com/containernetworking/cni/pkg/version"
 )
 
 func env(cmd string) func(string) string {
@@ -20,12 +23,13 @@ func TestVersionCommand(t *testing.T) {
 	if code := Main(nil, env("VERSION"), &out); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	var res versionResult
-	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+	// Decoded by the CNI library, as a container runtime would.
+	info, err := (&cniversion.PluginDecoder{}).Decode(out.Bytes())
+	if err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
-	if res.CNIVersion != "1.1.0" || len(res.SupportedVersions) != len(SupportedVersions) {
-		t.Errorf("unexpected VERSION result %+v", res)
+	if got := info.SupportedVersions(); len(got) != len(SupportedVersions) || got[len(got)-1] != "1.1.0" {
+		t.Errorf("unexpected VERSION result %v", got)
 	}
 }
 
@@ -35,8 +39,8 @@ func TestOtherCommandsAreCNIErrors(t *testing.T) {
 		if code := Main(nil, env(cmd), &out); code == 0 {
 			t.Errorf("%q: exit 0, want non-zero", cmd)
 		}
-		var e cniError
-		if err := json.Unmarshal(out.Bytes(), &e); err != nil || e.Code != errInvalidEnvironment || e.Msg == "" {
+		var e types.Error
+		if err := json.Unmarshal(out.Bytes(), &e); err != nil || e.Code != types.ErrInvalidEnvironmentVariables || e.Msg == "" {
 			t.Errorf("%q: not a CNI error: %s", cmd, out.String())
 		}
 	}

@@ -1,12 +1,12 @@
 // Package healthserver is the HTTP endpoint shared by antrea-agent and
-// antrea-controller: /healthz and /version, stopped cleanly on SIGTERM.
+// antrea-controller: /healthz, /version and Prometheus /metrics, logging
+// through klog as Antrea does, stopped cleanly on SIGTERM.
 package healthserver
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
 	"net"
 	"net/http"
 	"os/signal"
@@ -14,19 +14,39 @@ import (
 	"time"
 
 	"github.com/kiln-build/kiln/pkg/version"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/klog/v2"
 )
 
-// Handler serves /healthz and /version for the named binary.
+// Handler serves /healthz, /version and /metrics for the named binary.
 func Handler(binary string) http.Handler {
+	registry := prometheus.NewRegistry()
+	requests := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "antrea_http_requests_total", Help: "HTTP requests served, by path.",
+		ConstLabels: prometheus.Labels{"binary": binary},
+	}, []string{"path"})
+	info := version.Get(binary)
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "antrea_build_info", Help: "The build of this binary.",
+		ConstLabels: prometheus.Labels{"binary": binary, "version": info.Version, "commit": info.GitCommit, "goversion": info.GoVersion},
+	})
+	build.Set(1)
+	registry.MustRegister(requests, build, collectors.NewGoCollector())
+
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		requests.WithLabelValues("/healthz").Inc()
 		w.Header().Set("Content-Type", "text/plain")
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /version", func(w http.ResponseWriter, _ *http.Request) {
+		requests.WithLabelValues("/version").Inc()
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(version.Get(binary).JSON())
 	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
 	return mux
 }
 
@@ -40,7 +60,7 @@ func Run(binary, addr string) error {
 		return fmt.Errorf("listen on %q: %w", addr, err)
 	}
 	srv := &http.Server{Handler: Handler(binary), ReadHeaderTimeout: 10 * time.Second}
-	log.Printf("%s serving on %s", binary, ln.Addr())
+	klog.InfoS("Serving", "binary", binary, "address", ln.Addr().String())
 
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -49,7 +69,7 @@ func Run(binary, addr string) error {
 		return err
 	case <-ctx.Done():
 	}
-	log.Printf("%s shutting down", binary)
+	klog.InfoS("Shutting down", "binary", binary)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(shutdownCtx); err != nil {

@@ -1,8 +1,10 @@
 package healthserver
 
 import (
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -76,5 +78,25 @@ func TestDaemonsServeAndStopOnSIGTERM(t *testing.T) {
 				t.Error("did not stop within 10s of SIGTERM")
 			}
 		})
+	}
+}
+
+func TestMetricsAreServedInPrometheusFormat(t *testing.T) {
+	srv := httptest.NewServer(Handler("antrea-agent"))
+	defer srv.Close()
+	for _, path := range []string{"/healthz", "/healthz", "/metrics"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if path == "/metrics" {
+			for _, want := range []string{`antrea_http_requests_total{binary="antrea-agent",path="/healthz"} 2`, "antrea_build_info{", "go_goroutines"} {
+				if !strings.Contains(string(body), want) {
+					t.Errorf("/metrics lacks %q:\n%s", want, body)
+				}
+			}
+		}
 	}
 }
