@@ -238,6 +238,34 @@ func TestImagesIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("a heavy import into the CNI plugin fails verify, naming the module that grew", func(t *testing.T) {
+		o := editedCopy(t, opts, "")
+		if report, err := build.Verify(ctx, o); err != nil || report.Failed() != 0 {
+			t.Fatalf("verify before the edit: %v, %+v", err, report)
+		}
+		cni := filepath.Join(o.Root, "pkg", "cni", "cni.go")
+		data, _ := os.ReadFile(cni)
+		data = bytes.Replace(data, []byte("import (\n"), []byte("import (\n\t\"github.com/prometheus/client_golang/prometheus\"\n"), 1)
+		data = append(data, "\n// registry pulls the Prometheus client into the plugin, as a careless import would.\nvar registry = prometheus.NewRegistry()\n"...)
+		os.WriteFile(cni, data, 0o644)
+		report, err := build.Verify(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed []string
+		for _, c := range report.Checks {
+			if !c.OK {
+				failed = append(failed, c.Subject+": "+c.Detail)
+				if c.Check != "budget" || !strings.HasPrefix(c.Subject, "antrea-cni ") || !strings.Contains(c.Detail, "github.com/prometheus/client_golang") {
+					t.Errorf("failed check %s %s: %s; want the antrea-cni budget, naming the Prometheus client", c.Check, c.Subject, c.Detail)
+				}
+			}
+		}
+		if len(failed) == 0 {
+			t.Error("verify passed with the Prometheus client in the CNI plugin")
+		}
+	})
+
 	t.Run("repro diff locates planted nondeterminism", func(t *testing.T) {
 		a, err := verify.ReadLayout(first[1].Path)
 		if err != nil {

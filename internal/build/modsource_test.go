@@ -305,7 +305,9 @@ func TestModuleSources(t *testing.T) {
 		})
 		home := srv.ClientHome(t, "git.kiln.test")
 		canary := "KILN-CANARY-" + strings.ReplaceAll(t.Name(), "/", "-")[:12] + "-7d1f0c"
-		modfixture.Write(t, home, map[string]string{".netrc": "machine canary.invalid login kiln password " + canary + "\n"})
+		// The private host's entry is forwarded (as a secret), an unrelated
+		// host's never is.
+		modfixture.Write(t, home, map[string]string{".netrc": "machine git.kiln.test login kiln password " + canary + "\nmachine unrelated.invalid login x password UNRELATED-CANARY\n"})
 		os.Chmod(filepath.Join(home, ".netrc"), 0o600)
 		cache, err := buildkit.CacheDir() // the toolchain is there, under the real home
 		if err != nil {
@@ -345,6 +347,9 @@ func TestModuleSources(t *testing.T) {
 		}
 		if !bytes.Contains(fetch.Secrets["kiln-netrc"], []byte(canary)) {
 			t.Fatal("the netrc was not picked up as a secret; the leak checks below would prove nothing")
+		}
+		if bytes.Contains(fetch.Secrets["kiln-netrc"], []byte("UNRELATED-CANARY")) {
+			t.Error("the netrc entry of a host no module lives on was forwarded")
 		}
 		_, raw := execOps(t, p, fetch, "hello")
 		for _, dt := range raw {
