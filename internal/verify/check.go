@@ -116,6 +116,16 @@ func BudgetCheck(binary, platform string, size, budget int64, entry *SizeEntry) 
 		}
 		c.Detail += fmt.Sprintf("; %s: %s", label, strings.Join(names, ", "))
 	}
+	// Modules first in the reader's mind: a heavy import is one module.
+	var modules []string
+	for _, m := range entry.GrownModules(3) {
+		if m.Delta > 0 {
+			modules = append(modules, fmt.Sprintf("%s +%s", m.Name, config.FormatSize(m.Delta)))
+		}
+	}
+	if len(modules) > 0 {
+		c.Detail += "; modules that grew: " + strings.Join(modules, ", ")
+	}
 	return c
 }
 

@@ -182,15 +182,20 @@ func delta(now, before []Contributor) {
 
 // Grown returns the contributors of an entry that grew most, or the largest
 // ones when there is nothing to compare with.
-func (e SizeEntry) Grown(n int) []Contributor {
+func (e SizeEntry) Grown(n int) []Contributor { return grown(e.Packages, n) }
+
+// GrownModules is Grown by module: the modules whose bytes grew most.
+func (e SizeEntry) GrownModules(n int) []Contributor { return grown(e.Modules, n) }
+
+func grown(contributors []Contributor, n int) []Contributor {
 	var grown []Contributor
-	for _, c := range e.Packages {
+	for _, c := range contributors {
 		if c.Delta > 0 {
 			grown = append(grown, c)
 		}
 	}
 	if len(grown) == 0 {
-		grown = append(grown, e.Packages...)
+		grown = append(grown, contributors...)
 	} else {
 		sort.Slice(grown, func(i, j int) bool { return grown[i].Delta > grown[j].Delta })
 	}
