@@ -282,7 +282,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	if err := m.checkBinary(); err == nil {
 		return nil // built while we waited
 	}
-	log.G(ctx).Warnf("first run: building buildkitd %s into %s (once; about two minutes on two cores)", Version, m.BinDir)
+	log.G(ctx).Warnf("first run: building buildkitd %s into %s (once; about two minutes on two cores, longer with a cold module cache)", Version, m.BinDir)
 	tools, err := os.MkdirTemp(m.BinDir, "tools-")
 	if err != nil {
 		return err
@@ -463,14 +463,14 @@ var (
 )
 
 // ensureRunc finds runc. It installs Debian's package only when asked to
-// (KILN_INSTALL=1 or `mage setup`): a build never changes the system
+// (KILN_INSTALL=1 or `mage buildkit:setup`): a build never changes the system
 // unasked.
 func ensureRunc(ctx context.Context) error {
 	if _, err := lookPath("runc"); err == nil {
 		return nil
 	}
 	if os.Getenv(InstallEnv) != "1" {
-		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; install it: apt-get install -y runc (Debian/Ubuntu), or run `mage setup` (or set %s=1) to let kiln install it", InstallEnv)
+		return fmt.Errorf("runc not found in PATH; the managed buildkitd needs it to run build steps; install it: apt-get install -y runc (Debian/Ubuntu), or run `go run mage.go buildkit:setup` (or set %s=1) to let kiln install it", InstallEnv)
 	}
 	return InstallRunc(ctx)
 }

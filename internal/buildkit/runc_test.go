@@ -33,7 +33,7 @@ func TestMissingRuncAsRootIsNotInstalledUnasked(t *testing.T) {
 	geteuid = func() int { return 0 }
 	t.Setenv(InstallEnv, "")
 	err := ensureRunc(context.Background())
-	if err == nil || !strings.Contains(err.Error(), "apt-get install -y runc") || !strings.Contains(err.Error(), "mage setup") {
+	if err == nil || !strings.Contains(err.Error(), "apt-get install -y runc") || !strings.Contains(err.Error(), "buildkit:setup") {
 		t.Errorf("error %v; want the command and the opt-in", err)
 	}
 }
