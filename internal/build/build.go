@@ -72,6 +72,9 @@ type Options struct {
 	GoCacheMax int64
 	// TraceCompiles shows every package compiled (go -x) in the package steps.
 	TraceCompiles bool
+	// BinaryPlatforms are more platforms the binaries are built for beside
+	// the images' (comma-separated; release assets).
+	BinaryPlatforms string
 	// Release builds what a release publishes: no layer cache is imported or
 	// exported, no Go cache snapshot seeded or published, and the Go cache
 	// mount is the release's own (<gocache>-release), unless TrustCaches.
@@ -157,6 +160,11 @@ func load(opts Options) (*request, error) {
 		}
 	}
 	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images}
+	if opts.BinaryPlatforms != "" {
+		if po.BinaryPlatforms, err = config.ParsePlatforms(opts.BinaryPlatforms); err != nil {
+			return nil, fmt.Errorf("binary platforms: %w", err)
+		}
+	}
 	list, source := opts.Platforms, "-platforms"
 	if list == "" {
 		list, source = os.Getenv("PLATFORMS"), "PLATFORMS"

@@ -135,6 +135,10 @@ type Options struct {
 	BuildPlatform *ocispec.Platform
 	// Images limits the plan to these images; all when empty.
 	Images []string
+	// BinaryPlatforms are more platforms the binaries are built for, beside
+	// the images' (release assets for darwin and windows): their files and
+	// modules are inputs too.
+	BinaryPlatforms []ocispec.Platform
 }
 
 // TargetEnv is what differs between the compiles of one build: GOOS,
@@ -199,7 +203,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		return nil, err
 	}
 	p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode)
-	imported, err := p.resolveBinaries(cfg)
+	imported, err := p.resolveBinaries(cfg, opts.BinaryPlatforms)
 	if err != nil {
 		return nil, err
 	}
@@ -445,7 +449,7 @@ func (lp listedPackage) sourceFiles() []string {
 
 // resolveBinaries finds, for every target platform, the main-module
 // packages each binary depends on; their files are the binary's inputs.
-func (p *Plan) resolveBinaries(cfg *config.Config) (map[string]bool, error) {
+func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (map[string]bool, error) {
 	imported := map[string]bool{}
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
@@ -465,7 +469,13 @@ func (p *Plan) resolveBinaries(cfg *config.Config) (map[string]bool, error) {
 	if len(cfg.Go.Tags) > 0 {
 		tags = "-tags=" + strings.Join(cfg.Go.Tags, ",")
 	}
-	for _, plat := range p.Platforms {
+	targets := slices.Clone(p.Platforms)
+	for _, plat := range extra {
+		if !slices.ContainsFunc(targets, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == config.FormatPlatform(plat) }) {
+			targets = append(targets, plat)
+		}
+	}
+	for _, plat := range targets {
 		env := append(append([]string{"CGO_ENABLED=0"}, TargetEnv(plat)...), p.listEnv()...)
 		args := []string{"list", "-e", "-deps", "-json=" + listFields}
 		if tags != "" {

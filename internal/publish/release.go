@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -54,6 +55,15 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 	opts.Stamp = true
 	opts.Platforms = ReleasePlatforms
 	opts.Release, opts.TrustCaches = true, ropts.TrustCaches
+	var assetPlatforms []string
+	for _, a := range image.Assets() {
+		if !slices.Contains(assetPlatforms, a.Platform) {
+			assetPlatforms = append(assetPlatforms, a.Platform)
+		}
+	}
+	// The assets' platforms are compiled too: their modules must be
+	// downloaded (cobra needs mousetrap on windows only).
+	opts.BinaryPlatforms = strings.Join(assetPlatforms, ",")
 	caches := "isolated"
 	if ropts.TrustCaches {
 		caches = "trusted"
