@@ -562,7 +562,7 @@ func goCacheKeys(opts Options, cfg *config.Config, publishing bool) (ed25519.Pub
 	if path := firstOf(opts.GoCacheKey, cfg.Cache.GoCacheKey); path != "" {
 		var err error
 		if pinned, err = config.ReadPublicKey(path); err != nil {
-			return nil, nil, fmt.Errorf("Go cache snapshot key: %w", err)
+			return nil, nil, fmt.Errorf("cache.gocacheKey: %w", err)
 		}
 	}
 	path := os.Getenv(SigningKeyEnv)
