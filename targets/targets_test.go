@@ -228,6 +228,23 @@ source: https://example.com/antrea
 	}
 
 	before := digestsOf(images)
+
+	// The vendored variant: no download step.
+	vendor := exec.Command("go", "mod", "vendor")
+	vendor.Dir = repo
+	if out, err := vendor.CombinedOutput(); err != nil {
+		t.Fatalf("go mod vendor: %v\n%s", err, out)
+	}
+	if out := run("plan"); !strings.Contains(out, "-mod=vendor") {
+		t.Errorf("mage plan of the vendored variant does not build with -mod=vendor:\n%s", out)
+	}
+	// Vendored builds record no module sums in their build info, so the
+	// digests differ from the proxied variant's; both must build.
+	if vendored := digestsOf(run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet")); len(vendored) != 2 {
+		t.Errorf("the vendored variant built %v", vendored)
+	}
+	os.RemoveAll(filepath.Join(repo, "vendor"))
+
 	run("buildkit:prune")
 	after := digestsOf(run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet"))
 	if len(before) != 2 || !slices.Equal(before, after) {
