@@ -82,21 +82,8 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 		refs = append(refs, repo+":"+tag)
 	}
 	st := s.Golang.Snapshot(s.Plan.Binaries, s.Plan.Platforms, max)
-	attrs := s.ExporterAttrs(strings.Join(refs, ","))
-	attrs["push"] = "true"
-	job := buildkit.Job{
-		// Its layer cache carries the gocachesnap binary to other daemons.
-		Name: "gocache",
-		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
-			def, err := st.Marshal(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
-		},
-		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
-	}
-	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions(ctx))
+	// Its layer cache carries the gocachesnap binary to other daemons.
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{s.pushJob("gocache", st, refs)}, s.solveOptions(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)
 	}
@@ -123,22 +110,9 @@ func (s *Session) signGoCache(ctx context.Context, refs []string, plainHTTP bool
 	}
 	st := llb.Scratch().File(llb.Mkfile("/"+gocache.SignatureFile, 0o644, gocache.Sign(s.signingKey, layer), llb.WithCreatedTime(s.Plan.Created())),
 		llb.WithCustomName("[go cache] snapshot signature"))
-	attrs := s.ExporterAttrs(strings.Join(sigRefs, ","))
-	attrs["push"] = "true"
-	job := buildkit.Job{
-		Name: "gocache-signature",
-		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
-			def, err := st.Marshal(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
-		},
-		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
-	}
 	opts := s.solveOptions(ctx)
 	opts.CacheExports = nil
-	if _, err := s.daemon.Solve(ctx, []buildkit.Job{job}, opts); err != nil {
+	if _, err := s.daemon.Solve(ctx, []buildkit.Job{s.pushJob("gocache-signature", st, sigRefs)}, opts); err != nil {
 		return fmt.Errorf("push the Go cache snapshot signature: %w", err)
 	}
 	return nil
@@ -210,4 +184,21 @@ func SeededCacheID(shared, snapshotDigest string) string {
 		hex = hex[:12]
 	}
 	return shared + "-seed-" + hex
+}
+
+// pushJob solves one state and pushes it as a single-platform image under refs.
+func (s *Session) pushJob(name string, st llb.State, refs []string) buildkit.Job {
+	attrs := s.ExporterAttrs(strings.Join(refs, ","))
+	attrs["push"] = "true"
+	return buildkit.Job{
+		Name: name,
+		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			def, err := st.Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
+		},
+		Export: client.ExportEntry{Type: client.ExporterImage, Attrs: attrs},
+	}
 }
