@@ -139,7 +139,7 @@ source: https://example.com/antrea
 			"var Version, GitSHA, GitTreeState, ReleaseStatus = \"\", \"\", \"\", \"\"\n\n" +
 			"func String() string { return Version + \" \" + GitSHA + \" \" + GitTreeState + \" \" + ReleaseStatus + \" semver=\" + semver.Major(Version) }\n",
 		"build/kiln.yaml": kilnYAML,
-		"images/antrea-agent/image.yaml": "base: " + base + "\nplatforms: [linux/amd64, linux/arm64]\nbinaries: [antrea-agent, antrea-cni, antctl]\nentrypoint: [/usr/local/bin/antrea-agent]\n" +
+		"images/antrea-agent/image.yaml": "base: " + strings.Split(base, "@")[0] + "\nplatforms: [linux/amd64, linux/arm64]\nbinaries: [antrea-agent, antrea-cni, antctl]\nentrypoint: [/usr/local/bin/antrea-agent]\n" +
 			"user: root\nrootReason: the agent programs the host's Open vSwitch and iptables\n" +
 			"files:\n  - {src: scripts/, dest: /usr/local/bin/, mode: \"0755\"}\n",
 		"images/antrea-agent/scripts/start_ovs":   "#!/bin/sh\necho ovs started\n",
@@ -158,6 +158,16 @@ source: https://example.com/antrea
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go mod tidy in %s: %v\n%s", dir, err, out)
 		}
+	}
+	// A base named by tag alone is refused; images:pin writes its digest.
+	if out, err := mage(t, repo, "plan"); err == nil || !strings.Contains(out, "images:pin") || !strings.Contains(out, "images/antrea-agent/image.yaml: base") {
+		t.Errorf("mage plan with an unpinned base: %v\n%s", err, out)
+	}
+	if out, err := mage(t, repo, "images:pin"); err != nil {
+		t.Fatalf("mage images:pin: %v\n%s", err, out)
+	}
+	if data, _ := os.ReadFile(filepath.Join(repo, "images/antrea-agent/image.yaml")); !strings.HasPrefix(string(data), "base: "+base+"\n") {
+		t.Fatalf("images:pin wrote\n%s\nwant base: %s", data, base)
 	}
 	git := func(args ...string) {
 		cmd := exec.Command("git", args...)
