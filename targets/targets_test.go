@@ -141,6 +141,7 @@ source: https://example.com/antrea
 		"build/kiln.yaml": kilnYAML,
 		"images/antrea-agent/image.yaml": "base: " + strings.Split(base, "@")[0] + "\nplatforms: [linux/amd64, linux/arm64]\nbinaries: [antrea-agent, antrea-cni, antctl]\nentrypoint: [/usr/local/bin/antrea-agent]\n" +
 			"user: root\nrootReason: the agent programs the host's Open vSwitch and iptables\n" +
+			"setuid:\n  - {path: /bin/busybox, reason: the base's busybox mounts host paths}\n" +
 			"files:\n  - {src: scripts/, dest: /usr/local/bin/, mode: \"0755\"}\n",
 		"images/antrea-agent/scripts/start_ovs":   "#!/bin/sh\necho ovs started\n",
 		"images/antrea-agent/scripts/install_cni": "#!/bin/sh\necho cni installed\n",
@@ -220,7 +221,7 @@ source: https://example.com/antrea
 			t.Errorf("%s: the agent image does not sit on its base: user %q env %v labels %v, %d layers", m.Platform, c.User, c.Env, c.Labels, len(m.Layers))
 		}
 	}
-	if out := run("verify"); !strings.Contains(out, "root, allowed: the agent programs the host") {
+	if out := run("verify"); !strings.Contains(out, "root, allowed: the agent programs the host") || !strings.Contains(out, "/bin/busybox setuid, allowed: the base's busybox") {
 		t.Errorf("mage verify does not report the allowed root:\n%s", out)
 	}
 	if out := run("release", "-dryrun", "-registry="+reg.Addr); !strings.Contains(out, "release v2.3.0") || !strings.Contains(out, reg.Addr+"/antrea/antrea-agent:v2.3.0") {
@@ -260,6 +261,18 @@ source: https://example.com/antrea
 	if len(before) != 2 || !slices.Equal(before, after) {
 		t.Errorf("digests before a prune %v, after %v", before, after)
 	}
+
+	run("bench", "-runs=1", "-platforms=linux/amd64", "-registry="+reg.Addr)
+	report, err := os.ReadFile(filepath.Join(repo, "_output", "bench", "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range []string{"| kiln cold |", "| kiln warm no-op |", "| kiln incremental, shared |"} {
+		if !strings.Contains(string(report), row) {
+			t.Errorf("the adopter's bench report has no %q row", row)
+		}
+	}
+	t.Logf("mage bench -runs=1 in the adopting repository:\n%s", report)
 }
 
 // digestsOf are the index digests mage images printed, one per image.

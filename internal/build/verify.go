@@ -94,7 +94,7 @@ func Verify(ctx context.Context, opts Options) (*verify.Report, error) {
 		return nil, err
 	}
 	verify.StaticChecks(report, layouts, binaries)
-	verify.ImageChecks(report, layouts, rootReasons(p))
+	verify.ImageChecks(report, layouts, allowances(p))
 
 	if len(p.Budgets) > 0 {
 		sizes, err := Size(ctx, opts)
@@ -160,7 +160,7 @@ func quickChecks(opts Options, p *plan.Plan) (*verify.Report, error) {
 	}
 	report := &verify.Report{}
 	verify.StaticChecks(report, layouts, binaries)
-	verify.ImageChecks(report, layouts, rootReasons(p))
+	verify.ImageChecks(report, layouts, allowances(p))
 	seen := map[string]bool{}
 	for _, name := range p.PlatformIDs() {
 		for _, img := range p.Images {
@@ -188,10 +188,14 @@ func quickChecks(opts Options, p *plan.Plan) (*verify.Report, error) {
 	return report, nil
 }
 
-func rootReasons(p *plan.Plan) map[string]string {
-	out := map[string]string{}
+func allowances(p *plan.Plan) map[string]verify.Allowances {
+	out := map[string]verify.Allowances{}
 	for _, img := range p.Images {
-		out[img.Name] = img.RootReason
+		a := verify.Allowances{RootReason: img.RootReason, Setuid: map[string]string{}}
+		for _, su := range img.Setuid {
+			a.Setuid[su.Path] = su.Reason
+		}
+		out[img.Name] = a
 	}
 	return out
 }

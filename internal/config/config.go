@@ -144,6 +144,9 @@ type Image struct {
 	// RootReason says why the image runs as root (user: root or 0); without
 	// it, root is refused.
 	RootReason string `yaml:"rootReason"`
+	// Setuid lists the setuid or setgid files the image may carry from its
+	// base, each with why; mage verify refuses any other.
+	Setuid []SetuidFile `yaml:"setuid"`
 	// Platforms narrows the build's platforms for this image (e.g. a base
 	// without linux/arm/v7); every one must be a build platform.
 	Platforms []string `yaml:"platforms"`
@@ -155,6 +158,12 @@ type Image struct {
 
 	Name string `yaml:"-"` // the folder's name
 	Dir  string `yaml:"-"` // the folder, relative to the repository root
+}
+
+// SetuidFile allows one setuid or setgid file, for a reason.
+type SetuidFile struct {
+	Path   string `yaml:"path"`
+	Reason string `yaml:"reason"`
 }
 
 // ImageFile is an extra file, or a folder of them, copied from the image
@@ -539,6 +548,15 @@ func (img *Image) validate(c *Config, root string) error {
 	if uid, _, _ := strings.Cut(img.User, ":"); uid == "0" && strings.TrimSpace(img.RootReason) == "" {
 		return fieldErr(f, "user", "%q runs the image as root; say why in rootReason (e.g. \"manages host networking\"), or run as a non-root uid", img.User)
 	}
+	for i, su := range img.Setuid {
+		field := fmt.Sprintf("setuid[%d]", i)
+		if !strings.HasPrefix(su.Path, "/") || path.Clean(su.Path) != su.Path {
+			return fieldErr(f, field+".path", "%q must be a clean absolute path in the image, e.g. /bin/mount", su.Path)
+		}
+		if strings.TrimSpace(su.Reason) == "" {
+			return fieldErr(f, field+".reason", "missing; say why %s must keep its setuid or setgid bit", su.Path)
+		}
+	}
 	for i, plat := range img.Platforms {
 		p, err := ParsePlatform(plat)
 		if err != nil {
@@ -591,7 +609,7 @@ func (img *Image) validate(c *Config, root string) error {
 		} else if !modeRE.MatchString(file.Mode) {
 			return fieldErr(f, field+".mode", "%q is not an octal file mode such as \"0644\"", file.Mode)
 		} else if m, _ := strconv.ParseUint(file.Mode, 8, 32); m&0o6000 != 0 {
-			return fieldErr(f, field+".mode", "%s sets setuid or setgid; kiln images carry neither", file.Mode)
+			return fieldErr(f, field+".mode", "%s sets setuid or setgid; kiln adds neither (a base image's own may be allowed under setuid:)", file.Mode)
 		}
 		dests := []string{path.Clean(file.Dest)}
 		if fi.IsDir() {

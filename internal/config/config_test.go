@@ -139,6 +139,8 @@ func TestLoadBadInput(t *testing.T) {
 		{"uid 0 without a reason", image(goodImage + "user: \"0:0\"\n"), []string{img, "user", "rootReason"}},
 		{"image platform outside the build's", image(goodImage + "platforms: [linux/arm/v7]\n"), []string{img, "platforms[0]", "linux/arm/v7", "linux/amd64, linux/arm64"}},
 		{"setuid file mode", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: /etc/a.conf\n    mode: \"4755\"\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].mode", "setuid"}},
+		{"setuid without a reason", image(goodImage + "setuid:\n  - {path: /bin/mount}\n"), []string{img, "setuid[0].reason", "/bin/mount"}},
+		{"setuid relative path", image(goodImage + "setuid:\n  - {path: bin/mount, reason: mounts}\n"), []string{img, "setuid[0].path", "absolute"}},
 		{"file over a binary", map[string]string{img: goodImage + "files:\n  - src: a.sh\n    dest: /usr/local/bin/antctl\n", "images/antrea-agent/a.sh": "x"}, []string{img, "files[0].dest", "the binary antctl"}},
 		{"folder over the user database", map[string]string{img: goodImage + "files:\n  - src: etc\n    dest: /etc\n", "images/antrea-agent/etc/passwd": "x"}, []string{img, "files[0].dest", "/etc/passwd", "user database"}},
 		{"missing folder", image(goodImage + "files:\n  - src: scripts/\n    dest: /usr/local/bin/\n"), []string{img, "files[0].src", "does not exist"}},
@@ -228,7 +230,8 @@ func TestImageFeaturesOfARealProject(t *testing.T) {
 	img := "images/antrea-agent/image.yaml"
 	c, err := Load(repo(t, map[string]string{
 		img: goodImage + "user: root\nrootReason: manages host networking\nplatforms: [linux/amd64]\n" +
-			"files:\n  - src: scripts/\n    dest: /usr/local/bin/\n    mode: \"0755\"\n",
+			"files:\n  - src: scripts/\n    dest: /usr/local/bin/\n    mode: \"0755\"\n" +
+			"setuid:\n  - {path: /bin/mount, reason: mounts host paths for the CNI}\n",
 		"images/antrea-agent/scripts/start.sh":   "#!/bin/sh\n",
 		"images/antrea-agent/scripts/lib/ovs.sh": "#!/bin/sh\n",
 		File:                                     strings.Replace(goodKiln, "package: example.com/m/pkg/version", "variables:\n    example.com/m/pkg/version.Version: version\n    example.com/m/pkg/version.GitSHA: commit\n    example.com/m/pkg/version.ReleaseStatus: releaseStatus", 1),
@@ -237,7 +240,7 @@ func TestImageFeaturesOfARealProject(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := c.Images[0]
-	if got.User != "0:0" || !got.Files[0].Dir || got.Platforms[0] != "linux/amd64" {
+	if got.User != "0:0" || !got.Files[0].Dir || got.Platforms[0] != "linux/amd64" || got.Setuid[0].Reason != "mounts host paths for the CNI" {
 		t.Errorf("image %+v", got)
 	}
 	vars := c.Stamp.StampVariables()

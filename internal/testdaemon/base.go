@@ -40,12 +40,14 @@ func (r *Registry) PushBase(t *testing.T, d *buildkit.Daemon, repo string) strin
 		var exp exptypes.Platforms
 		for _, p := range targets {
 			id := p.OS + "/" + p.Architecture
+			// busybox is setuid, as a real base's mount or su is, so an
+			// image on this base needs kiln's setuid allow-list.
 			bb := llb.Local("busybox-"+p.Architecture, llb.IncludePatterns([]string{filepath.Base(busybox[p.Architecture])}))
 			st := llb.Scratch().Platform(p).File(llb.Mkdir("/etc", 0o755, llb.WithCreatedTime(created)).
 				Mkfile("/etc/os-release", 0o644, []byte("ID=kiln-test-base\n"), llb.WithCreatedTime(created)).
 				Mkfile("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/bin/sh\n"), llb.WithCreatedTime(created)).
 				Mkdir("/bin", 0o755, llb.WithCreatedTime(created)).
-				Copy(bb, filepath.Base(busybox[p.Architecture]), "/bin/busybox", &llb.CopyInfo{Mode: &llb.ChmodOpt{Mode: 0o755}, CreatedTime: &created}).
+				Copy(bb, filepath.Base(busybox[p.Architecture]), "/bin/busybox", &llb.CopyInfo{Mode: &llb.ChmodOpt{Mode: 0o4755}, CreatedTime: &created}).
 				Symlink("busybox", "/bin/sh", llb.WithCreatedTime(created)))
 			def, err := st.Marshal(ctx)
 			if err != nil {

@@ -129,17 +129,25 @@ func BudgetCheck(binary, platform string, size, budget int64, entry *SizeEntry) 
 	return c
 }
 
+// Allowances are what an image's image.yaml allows beyond the defaults:
+// root, with RootReason, and setuid or setgid files, path (absolute) to
+// reason.
+type Allowances struct {
+	RootReason string
+	Setuid     map[string]string
+}
+
 // ImageChecks checks each image's config and files: a non-root user (root
-// only where rootReasons gives the image's reason), no setuid or setgid
-// files, nothing world-writable but a sticky /tmp, every file owned by root.
-func ImageChecks(r *Report, layouts map[string]*Layout, rootReasons map[string]string) {
+// only with a reason), no setuid or setgid files but those allowed, nothing
+// world-writable but a sticky /tmp, every file owned by root.
+func ImageChecks(r *Report, layouts map[string]*Layout, allow map[string]Allowances) {
 	for _, name := range slices.Sorted(maps.Keys(layouts)) {
 		for _, m := range layouts[name].Manifests {
 			subject := fmt.Sprintf("%s %s", name, m.Platform)
-			var problems []string
+			var problems, setuid []string
 			user := "non-root user " + m.Config.Config.User
 			if u := m.Config.Config.User; u == "" || u == "0" || u == "root" || strings.HasPrefix(u, "0:") {
-				if reason := rootReasons[name]; reason != "" {
+				if reason := allow[name].RootReason; reason != "" {
 					user = fmt.Sprintf("root, allowed: %s", reason)
 				} else {
 					problems = append(problems, fmt.Sprintf("runs as root (user %q) with no rootReason in its image.yaml", u))
@@ -149,7 +157,11 @@ func ImageChecks(r *Report, layouts map[string]*Layout, rootReasons map[string]s
 				for _, f := range l.Files {
 					switch {
 					case f.Mode&0o6000 != 0:
-						problems = append(problems, fmt.Sprintf("/%s is setuid or setgid (mode %o)", f.Path, f.Mode))
+						if reason, ok := allow[name].Setuid["/"+f.Path]; ok {
+							setuid = append(setuid, fmt.Sprintf("/%s setuid, allowed: %s", f.Path, reason))
+						} else {
+							problems = append(problems, fmt.Sprintf("/%s is setuid or setgid (mode %o); list it under setuid: in the image.yaml with a reason, or drop the bit", f.Path, f.Mode))
+						}
 					case f.Mode&0o002 != 0 && f.Type != '2' && !(f.Path == "tmp" && f.Mode&0o1000 != 0):
 						problems = append(problems, fmt.Sprintf("/%s is world-writable (mode %o)", f.Path, f.Mode))
 					}
@@ -159,6 +171,9 @@ func ImageChecks(r *Report, layouts map[string]*Layout, rootReasons map[string]s
 				}
 			}
 			detail := user + ", no setuid/setgid, nothing world-writable but /tmp, root-owned"
+			if len(setuid) > 0 {
+				detail = user + ", " + strings.Join(setuid, ", ") + ", nothing world-writable but /tmp, root-owned"
+			}
 			if len(problems) > 0 {
 				detail = strings.Join(problems, "; ")
 			}

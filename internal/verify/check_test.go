@@ -19,21 +19,24 @@ func TestImageChecks(t *testing.T) {
 		l     map[string]*Layout
 		wants string // "" means the check passes
 		root  string // the image's rootReason
+		su    map[string]string
 	}{
-		{"good", layoutWith("65532:65532", good...), "", ""},
-		{"root user", layoutWith("0:0", good...), "runs as root", ""},
-		{"root user with a reason", layoutWith("0:0", good...), "", "manages host networking"},
-		{"setuid with a root reason", layoutWith("0:0", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid", "manages host networking"},
-		{"no user", layoutWith("", good...), "runs as root", ""},
-		{"setuid", layoutWith("65532", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid", ""},
-		{"world-writable", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o666}), "world-writable", ""},
-		{"non-sticky tmp", layoutWith("65532", File{Path: "tmp", Mode: 0o777, Type: '5'}), "world-writable", ""},
-		{"not root-owned", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o644, UID: 65532}), "owned by 65532:0", ""},
+		{"good", layoutWith("65532:65532", good...), "", "", nil},
+		{"root user", layoutWith("0:0", good...), "runs as root", "", nil},
+		{"root user with a reason", layoutWith("0:0", good...), "", "manages host networking", nil},
+		{"setuid with a root reason", layoutWith("0:0", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid", "manages host networking", nil},
+		{"no user", layoutWith("", good...), "runs as root", "", nil},
+		{"setuid", layoutWith("65532", File{Path: "usr/bin/su", Mode: 0o4755}), "setuid", "", nil},
+		{"setuid allowed", layoutWith("65532", File{Path: "bin/mount", Mode: 0o4755}), "", "", map[string]string{"/bin/mount": "mounts host paths"}},
+		{"another setuid than allowed", layoutWith("65532", File{Path: "bin/mount", Mode: 0o4755}, File{Path: "bin/su", Mode: 0o4755}), "/bin/su is setuid", "", map[string]string{"/bin/mount": "mounts host paths"}},
+		{"world-writable", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o666}), "world-writable", "", nil},
+		{"non-sticky tmp", layoutWith("65532", File{Path: "tmp", Mode: 0o777, Type: '5'}), "world-writable", "", nil},
+		{"not root-owned", layoutWith("65532", File{Path: "etc/passwd", Mode: 0o644, UID: 65532}), "owned by 65532:0", "", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := &Report{}
-			ImageChecks(r, tt.l, map[string]string{"img": tt.root})
+			ImageChecks(r, tt.l, map[string]Allowances{"img": {RootReason: tt.root, Setuid: tt.su}})
 			c := r.Checks[0]
 			if tt.wants == "" {
 				if !c.OK {
@@ -41,6 +44,11 @@ func TestImageChecks(t *testing.T) {
 				}
 				if tt.root != "" && !strings.Contains(c.Detail, tt.root) {
 					t.Errorf("detail %q does not give the reason root is allowed", c.Detail)
+				}
+				for p, reason := range tt.su {
+					if !strings.Contains(c.Detail, p+" setuid, allowed: "+reason) {
+						t.Errorf("detail %q does not give the reason %s is allowed", c.Detail, p)
+					}
 				}
 				return
 			}
