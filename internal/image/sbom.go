@@ -1,114 +1,128 @@
-// Package release owns what a release publishes besides images: the SBOM
-// of each image (from its binaries' Go build info, as no scanner image is
-// reachable) and the names and checksums of the release assets.
 package image
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/buildinfo"
-	"encoding/json"
+	"encoding/hex"
 	"fmt"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
+
+	spdxjson "github.com/spdx/tools-golang/json"
+	"github.com/spdx/tools-golang/spdx"
+	"github.com/spdx/tools-golang/spdx/v2/common"
 )
 
 // SPDXPredicateType is the in-toto predicate type of an SPDX document.
 const SPDXPredicateType = "https://spdx.dev/Document"
 
-type spdxDoc struct {
-	SPDXVersion       string             `json:"spdxVersion"`
-	DataLicense       string             `json:"dataLicense"`
-	SPDXID            string             `json:"SPDXID"`
-	Name              string             `json:"name"`
-	DocumentNamespace string             `json:"documentNamespace"`
-	CreationInfo      spdxCreationInfo   `json:"creationInfo"`
-	Packages          []spdxPackage      `json:"packages"`
-	Relationships     []spdxRelationship `json:"relationships"`
-}
-
-type spdxCreationInfo struct {
-	Created  string   `json:"created"`
-	Creators []string `json:"creators"`
-}
-
-type spdxPackage struct {
-	SPDXID           string       `json:"SPDXID"`
-	Name             string       `json:"name"`
-	VersionInfo      string       `json:"versionInfo,omitempty"`
-	DownloadLocation string       `json:"downloadLocation"`
-	FilesAnalyzed    bool         `json:"filesAnalyzed"`
-	ExternalRefs     []spdxExtRef `json:"externalRefs,omitempty"`
-	Comment          string       `json:"comment,omitempty"`
-}
-
-type spdxExtRef struct {
-	ReferenceCategory string `json:"referenceCategory"`
-	ReferenceType     string `json:"referenceType"`
-	ReferenceLocator  string `json:"referenceLocator"`
-}
-
-type spdxRelationship struct {
-	Element string `json:"spdxElementId"`
-	Type    string `json:"relationshipType"`
-	Related string `json:"relatedSpdxElement"`
-}
-
-// SBOM describes the binaries of one image for one platform: each binary,
-// its Go version and every module its build info lists. created is the
-// source date, so the document is reproducible.
-func SBOM(image, platform, version string, created time.Time, binaries map[string][]byte) ([]byte, error) {
-	doc := spdxDoc{
-		SPDXVersion: "SPDX-2.3", DataLicense: "CC0-1.0", SPDXID: "SPDXRef-DOCUMENT",
-		Name:              fmt.Sprintf("%s %s %s", image, platform, version),
-		DocumentNamespace: fmt.Sprintf("https://spdx.kiln.invalid/%s/%s/%s", image, strings.ReplaceAll(platform, "/", "-"), version),
-		CreationInfo:      spdxCreationInfo{Created: created.UTC().Format(time.RFC3339), Creators: []string{"Tool: kiln"}},
+// KilnVersion is the version of the kiln module in this binary (the
+// magefile's), "devel" when built from a checkout or a replace.
+func KilnVersion() string {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
 	}
-	seen := map[string]bool{}
-	add := func(p spdxPackage) {
-		if !seen[p.SPDXID] {
-			seen[p.SPDXID] = true
-			doc.Packages = append(doc.Packages, p)
+	mods := append([]*debug.Module{&info.Main}, info.Deps...)
+	for _, m := range mods {
+		if m.Path != "github.com/kiln-build/kiln" {
+			continue
+		}
+		if m.Replace != nil {
+			m = m.Replace
+		}
+		if m.Version != "" && m.Version != "(devel)" {
+			return m.Version
 		}
 	}
+	return "devel"
+}
+
+// SBOM describes the binaries of one image for one platform as an SPDX 2.3
+// document: each binary with its SHA-256, the Go standard library and every
+// module its build info lists, the main module at the release version.
+// created is the source date, so the document is reproducible; the
+// namespace is unique per image, platform, version and binaries' content.
+func SBOM(image, platform, version string, created time.Time, binaries map[string][]byte) ([]byte, error) {
 	names := make([]string, 0, len(binaries))
 	for n := range binaries {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	content := sha256.New()
+	for _, name := range names {
+		h := sha256.Sum256(binaries[name])
+		fmt.Fprintf(content, "%s %x\n", name, h)
+	}
+	doc := &spdx.Document{
+		SPDXVersion: spdx.Version, DataLicense: spdx.DataLicense, SPDXIdentifier: "DOCUMENT",
+		DocumentName: fmt.Sprintf("%s %s %s", image, platform, version),
+		DocumentNamespace: fmt.Sprintf("https://spdx.org/spdxdocs/kiln/%s/%s/%s/%s", image, strings.ReplaceAll(platform, "/", "-"), version,
+			hex.EncodeToString(content.Sum(nil))[:16]),
+		CreationInfo: &spdx.CreationInfo{
+			Created:  created.UTC().Format(time.RFC3339),
+			Creators: []common.Creator{{CreatorType: "Tool", Creator: "kiln-" + KilnVersion()}},
+		},
+	}
+	seen := map[common.ElementID]bool{}
+	add := func(p *spdx.Package) {
+		if !seen[p.PackageSPDXIdentifier] {
+			seen[p.PackageSPDXIdentifier] = true
+			doc.Packages = append(doc.Packages, p)
+		}
+	}
+	relate := func(a common.ElementID, rel string, b common.ElementID) {
+		doc.Relationships = append(doc.Relationships, &spdx.Relationship{
+			RefA: common.MakeDocElementID("", string(a)), RefB: common.MakeDocElementID("", string(b)), Relationship: rel})
+	}
+	purl := func(path, v string) []*spdx.PackageExternalReference {
+		return []*spdx.PackageExternalReference{{Category: "PACKAGE-MANAGER", RefType: "purl", Locator: fmt.Sprintf("pkg:golang/%s@%s", path, v)}}
+	}
 	for _, name := range names {
 		info, err := buildinfo.Read(bytes.NewReader(binaries[name]))
 		if err != nil {
 			return nil, fmt.Errorf("SBOM of %s (%s): %s has no Go build info: %w", image, platform, name, err)
 		}
-		binID := "SPDXRef-Binary-" + spdxID(name)
-		add(spdxPackage{SPDXID: binID, Name: name, VersionInfo: version, DownloadLocation: "NOASSERTION",
-			Comment: "built by " + info.GoVersion + " from " + info.Path})
-		doc.Relationships = append(doc.Relationships, spdxRelationship{"SPDXRef-DOCUMENT", "DESCRIBES", binID})
-		std := "SPDXRef-Package-stdlib-" + spdxID(info.GoVersion)
-		add(spdxPackage{SPDXID: std, Name: "stdlib", VersionInfo: info.GoVersion, DownloadLocation: "https://go.dev/dl/",
-			ExternalRefs: []spdxExtRef{{"PACKAGE-MANAGER", "purl", "pkg:golang/stdlib@" + info.GoVersion}}})
-		doc.Relationships = append(doc.Relationships, spdxRelationship{binID, "DEPENDS_ON", std})
-		mods := append([]*debugModule{{info.Main.Path, info.Main.Version}}, depsOf(info)...)
+		sum := sha256.Sum256(binaries[name])
+		binID := common.ElementID("Binary-" + spdxID(name))
+		add(&spdx.Package{PackageSPDXIdentifier: binID, PackageName: name, PackageVersion: version, PackageFileName: "/usr/local/bin/" + name,
+			PackageDownloadLocation: "NOASSERTION", PrimaryPackagePurpose: "APPLICATION",
+			PackageChecksums: []common.Checksum{{Algorithm: common.SHA256, Value: hex.EncodeToString(sum[:])}},
+			PackageComment:   "built by " + info.GoVersion + " from " + info.Path})
+		relate("DOCUMENT", "DESCRIBES", binID)
+		std := common.ElementID("Package-stdlib-" + spdxID(info.GoVersion))
+		add(&spdx.Package{PackageSPDXIdentifier: std, PackageName: "stdlib", PackageVersion: info.GoVersion,
+			PackageDownloadLocation: "https://go.dev/dl/", PackageExternalReferences: purl("stdlib", info.GoVersion)})
+		relate(binID, "DEPENDS_ON", std)
+		// The main module is built from this checkout: its version is the
+		// release's, never Go's "(devel)".
+		mods := append([]debugModule{{info.Main.Path, version}}, depsOf(info)...)
 		for _, m := range mods {
-			id := "SPDXRef-Package-" + spdxID(m.path+"@"+m.version)
-			add(spdxPackage{SPDXID: id, Name: m.path, VersionInfo: m.version, DownloadLocation: "NOASSERTION",
-				ExternalRefs: []spdxExtRef{{"PACKAGE-MANAGER", "purl", fmt.Sprintf("pkg:golang/%s@%s", m.path, m.version)}}})
-			doc.Relationships = append(doc.Relationships, spdxRelationship{binID, "DEPENDS_ON", id})
+			id := common.ElementID("Package-" + spdxID(m.path+"@"+m.version))
+			add(&spdx.Package{PackageSPDXIdentifier: id, PackageName: m.path, PackageVersion: m.version,
+				PackageDownloadLocation: "NOASSERTION", PackageExternalReferences: purl(m.path, m.version)})
+			relate(binID, "DEPENDS_ON", id)
 		}
 	}
-	return json.MarshalIndent(doc, "", "  ")
+	var out bytes.Buffer
+	if err := spdxjson.Write(doc, &out, spdxjson.Indent("  ")); err != nil {
+		return nil, fmt.Errorf("SBOM of %s (%s): %w", image, platform, err)
+	}
+	return out.Bytes(), nil
 }
 
 type debugModule struct{ path, version string }
 
-func depsOf(info *buildinfo.BuildInfo) []*debugModule {
-	var out []*debugModule
+func depsOf(info *buildinfo.BuildInfo) []debugModule {
+	var out []debugModule
 	for _, d := range info.Deps {
 		if d.Replace != nil {
 			d = d.Replace
 		}
-		out = append(out, &debugModule{d.Path, d.Version})
+		out = append(out, debugModule{d.Path, d.Version})
 	}
 	return out
 }

@@ -2,13 +2,16 @@ package image
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/buildinfo"
-	"encoding/json"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
+
+	spdxjson "github.com/spdx/tools-golang/json"
 )
 
 // The input is a binary with real module dependencies (testdata/sbommain),
@@ -36,18 +39,37 @@ func TestSBOMListsEveryModuleOfTheBinaryOnce(t *testing.T) {
 	if !bytes.Equal(doc, again) {
 		t.Error("two SBOMs of the same binaries differ")
 	}
-	var parsed spdxDoc
-	if err := json.Unmarshal(doc, &parsed); err != nil {
-		t.Fatal(err)
+	parsed, err := spdxjson.Read(bytes.NewReader(doc))
+	if err != nil {
+		t.Fatalf("the SPDX library does not parse the SBOM: %v", err)
 	}
 	versions := map[string]string{}
+	purls := map[string]string{}
 	ids := map[string]bool{}
 	for _, p := range parsed.Packages {
-		if ids[p.SPDXID] {
-			t.Errorf("SPDX id %s used twice", p.SPDXID)
+		id := string(p.PackageSPDXIdentifier)
+		if ids[id] {
+			t.Errorf("SPDX id %s used twice", id)
 		}
-		ids[p.SPDXID] = true
-		versions[p.Name] = p.VersionInfo
+		ids[id] = true
+		versions[p.PackageName] = p.PackageVersion
+		for _, r := range p.PackageExternalReferences {
+			purls[p.PackageName] = r.Locator
+		}
+		if p.PackageName == "one" {
+			sum := sha256.Sum256(data)
+			if len(p.PackageChecksums) != 1 || p.PackageChecksums[0].Value != hex.EncodeToString(sum[:]) {
+				t.Errorf("binary one's checksums %v", p.PackageChecksums)
+			}
+		}
+	}
+	if got, want := purls[info.Main.Path], "pkg:golang/"+info.Main.Path+"@v1.2.3"; got != want {
+		t.Errorf("the main module's purl is %q, want %q", got, want)
+	}
+	other, _ := SBOM("img", "linux/arm64", "v1.2.3", created, bins)
+	otherDoc, _ := spdxjson.Read(bytes.NewReader(other))
+	if otherDoc.DocumentNamespace == parsed.DocumentNamespace {
+		t.Errorf("two platforms' SBOMs share the namespace %s", parsed.DocumentNamespace)
 	}
 	if len(info.Deps) < 3 {
 		t.Fatalf("the test binary has %d dependencies; the test needs a real graph", len(info.Deps))
