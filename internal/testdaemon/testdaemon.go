@@ -6,6 +6,7 @@ package testdaemon
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -139,4 +140,15 @@ func ManagedCache(t *testing.T) *buildkit.Managed {
 		os.RemoveAll(dir)
 	})
 	return m
+}
+
+// Cosign is the path of the cosign CLI (.ci/run installs it from the Go
+// module proxy).
+func Cosign(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("cosign")
+	if err != nil {
+		Unavailable(t, "cosign not on PATH (GOBIN=/usr/local/bin go install github.com/sigstore/cosign/v2/cmd/cosign@v2.6.5)")
+	}
+	return path
 }

@@ -1,0 +1,231 @@
+package sign
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// maxObject bounds what is read of a signature or attestation object: a
+// registry is not trusted to be small.
+const maxObject = 64 << 20
+
+// Layer is one signature or attestation in a .sig or .att manifest.
+type Layer struct {
+	MediaType   string
+	Data        []byte
+	Annotations map[string]string
+}
+
+// Tag is cosign's tag for a digest's signatures ("sig") or attestations
+// ("att").
+func Tag(dgst digest.Digest, kind string) string {
+	return fmt.Sprintf("%s-%s.%s", dgst.Algorithm(), dgst.Encoded(), kind)
+}
+
+// SignatureLayer signs the payload of an image digest.
+func (s *Signer) SignatureLayer(repository string, dgst digest.Digest) (Layer, error) {
+	p := Payload(repository, dgst)
+	sig, err := s.Sign(p)
+	if err != nil {
+		return Layer{}, err
+	}
+	return Layer{MediaType: SimpleSigningMediaType, Data: p, Annotations: map[string]string{SignatureAnnotation: sig}}, nil
+}
+
+// AttestationLayer signs an in-toto statement of predicateType.
+func (s *Signer) AttestationLayer(statement []byte, predicateType string) (Layer, error) {
+	env, err := s.Envelope(statement)
+	if err != nil {
+		return Layer{}, err
+	}
+	return Layer{MediaType: DSSEMediaType, Data: env, Annotations: map[string]string{SignatureAnnotation: "", "predicateType": predicateType}}, nil
+}
+
+// Attach writes layers as the repository's sha256-<hex>.<kind> manifest,
+// replacing what was there: a release re-signs everything it publishes.
+// repository is HOST/NAME.
+func Attach(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest, kind string, layers []Layer) error {
+	ref := repository + ":" + Tag(subject, kind)
+	pusher, err := resolver.Pusher(ctx, ref)
+	if err != nil {
+		return fmt.Errorf("attach %s: %w", ref, err)
+	}
+	var diffIDs []digest.Digest
+	var descs []ocispec.Descriptor
+	for _, l := range layers {
+		d := ocispec.Descriptor{MediaType: l.MediaType, Digest: digest.FromBytes(l.Data), Size: int64(len(l.Data)), Annotations: l.Annotations}
+		if err := push(ctx, pusher, d, l.Data); err != nil {
+			return fmt.Errorf("attach %s: %w", ref, err)
+		}
+		descs = append(descs, d)
+		diffIDs = append(diffIDs, d.Digest)
+	}
+	config, _ := json.Marshal(ocispec.Image{RootFS: ocispec.RootFS{Type: "layers", DiffIDs: diffIDs}})
+	configDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(config), Size: int64(len(config))}
+	if err := push(ctx, pusher, configDesc, config); err != nil {
+		return fmt.Errorf("attach %s: %w", ref, err)
+	}
+	manifest, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: configDesc, Layers: descs})
+	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(manifest), Size: int64(len(manifest))}
+	if err := push(ctx, pusher, md, manifest); err != nil {
+		return fmt.Errorf("attach %s: %w", ref, err)
+	}
+	return nil
+}
+
+func push(ctx context.Context, pusher remotes.Pusher, d ocispec.Descriptor, data []byte) error {
+	w, err := pusher.Push(ctx, d)
+	if errdefs.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	if err := w.Commit(ctx, d.Size, d.Digest); err != nil && !errdefs.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// Fetch returns the layers of the repository's sha256-<hex>.<kind>
+// manifest, each checked against its digest; errdefs.ErrNotFound when
+// there is none.
+func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest, kind string) ([]Layer, error) {
+	ref := repository + ":" + Tag(subject, kind)
+	_, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	fetcher, err := resolver.Fetcher(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	data, err := ReadBlob(ctx, fetcher, desc)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("%s: not an image manifest: %w", ref, err)
+	}
+	var out []Layer
+	for _, l := range m.Layers {
+		data, err := ReadBlob(ctx, fetcher, l)
+		if err != nil {
+			return nil, fmt.Errorf("%s: layer %s: %w", ref, l.Digest, err)
+		}
+		out = append(out, Layer{MediaType: l.MediaType, Data: data, Annotations: l.Annotations})
+	}
+	return out, nil
+}
+
+// ReadBlob fetches a descriptor's content and checks its digest.
+func ReadBlob(ctx context.Context, f remotes.Fetcher, desc ocispec.Descriptor) ([]byte, error) {
+	if desc.Size > maxObject {
+		return nil, fmt.Errorf("%s is %d bytes; more than kiln reads (%d)", desc.Digest, desc.Size, maxObject)
+	}
+	rc, err := f.Fetch(ctx, desc)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxObject+1))
+	if err != nil {
+		return nil, err
+	}
+	if digest.FromBytes(data) != desc.Digest {
+		return nil, fmt.Errorf("content of %s does not match its digest", desc.Digest)
+	}
+	return data, nil
+}
+
+// VerifyImage checks that a signature of subject in repository verifies
+// with the key and names that digest.
+func (v *Verifier) VerifyImage(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest) error {
+	layers, err := Fetch(ctx, resolver, repository, subject, "sig")
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("%s@%s has no signature (%s)", repository, subject, Tag(subject, "sig"))
+	}
+	if err != nil {
+		return err
+	}
+	for _, l := range layers {
+		if l.MediaType != SimpleSigningMediaType || v.Verify(l.Data, l.Annotations[SignatureAnnotation]) != nil {
+			continue
+		}
+		var p payload
+		if json.Unmarshal(l.Data, &p) == nil && p.Critical.Image.Digest == subject.String() {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s@%s: no signature in %s verifies with %s and names this digest", repository, subject, Tag(subject, "sig"), v.path)
+}
+
+// Statement is a verified in-toto statement.
+type Statement struct {
+	Type          string `json:"_type"`
+	PredicateType string `json:"predicateType"`
+	Subject       []struct {
+		Name   string            `json:"name"`
+		Digest map[string]string `json:"digest"`
+	} `json:"subject"`
+	Predicate json.RawMessage `json:"predicate"`
+}
+
+// VerifyAttestations returns the attestations of subject whose envelopes
+// verify with the key and whose statements name subject; it fails when an
+// attestation does not verify, naming it.
+func (v *Verifier) VerifyAttestations(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest) ([]Statement, error) {
+	layers, err := Fetch(ctx, resolver, repository, subject, "att")
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%s@%s has no attestations (%s)", repository, subject, Tag(subject, "att"))
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Statement
+	for i, l := range layers {
+		what := fmt.Sprintf("%s@%s attestation %d (%s)", repository, subject, i, l.Annotations["predicateType"])
+		raw, err := v.OpenEnvelope(l.Data)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		var st Statement
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return nil, fmt.Errorf("%s: not an in-toto statement: %w", what, err)
+		}
+		named := false
+		for _, s := range st.Subject {
+			named = named || s.Digest[subject.Algorithm().String()] == subject.Encoded()
+		}
+		if !named {
+			return nil, fmt.Errorf("%s: its statement's subjects do not include %s", what, subject)
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Repository is HOST/NAME of a reference HOST/NAME[:TAG][@DIGEST].
+func Repository(ref string) string {
+	if i := strings.Index(ref, "@"); i >= 0 {
+		ref = ref[:i]
+	}
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref
+}
