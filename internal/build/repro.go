@@ -84,3 +84,25 @@ func (s *Session) pruneReproCache(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Rebuild builds every image once in isolation, as Repro's second build
+// does (every step re-run, an empty Go build cache of its own), and writes
+// the OCI tarballs under opts.OutDir. release:verify compares them with a
+// registry.
+func Rebuild(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	s, err := Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	if err := s.pruneReproCache(ctx); err != nil {
+		return nil, err
+	}
+	defer s.pruneReproCache(context.WithoutCancel(ctx))
+	isolated := *s.Plan
+	isolated.Cache.GoCache = reproCache
+	rebuild := &Session{Graph: image.NewGraphFrom(&isolated, s.Golang.Context, s.Golang.Toolchain, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
+	rebuild.NoCache = true
+	opts.SkipChecks = true
+	return rebuild.images(ctx, opts)
+}

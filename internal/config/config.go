@@ -44,6 +44,7 @@ type Config struct {
 	Repository string            `yaml:"repository"`
 	Tag        string            `yaml:"tag"`
 	Source     string            `yaml:"source"`
+	Signing    Signing           `yaml:"signing"`
 
 	// Images are read from images/*/image.yaml, sorted by name.
 	Images []Image `yaml:"-"`
@@ -110,6 +111,14 @@ func (s Stamp) StampVariables() [][2]string {
 		out = append(out, [2]string{k, vars[k]})
 	}
 	return out
+}
+
+// Signing names the cosign key pair a release is signed with. Paths are
+// relative to the repository root; KILN_SIGNING_KEY overrides Key, which
+// usually lives outside the repository.
+type Signing struct {
+	Key       string `yaml:"key" json:"key,omitempty"`
+	PublicKey string `yaml:"publicKey" json:"publicKey,omitempty"`
 }
 
 // Cache holds the ids of the persistent cache mounts.

@@ -11,8 +11,6 @@ import (
 	"github.com/moby/buildkit/client/llb/sourceresolver"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
-	gatewaypb "github.com/moby/buildkit/frontend/gateway/pb"
-	"github.com/moby/buildkit/solver/result"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
@@ -30,8 +28,6 @@ type Graph struct {
 	Golang *golang.Graph
 	// NoCache marshals every vertex with IgnoreCache (reproducibility checks).
 	NoCache bool
-	// SBOM attaches an SPDX SBOM of each platform's binaries (releases).
-	SBOM bool
 
 	mu       sync.Mutex
 	binaries map[string]llb.State // by "name platform symbols"
@@ -134,19 +130,10 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 				if err != nil {
 					return err
 				}
-				var att *result.Attestation[gateway.Reference]
-				if s.SBOM {
-					if att, err = s.sbomAttestation(ctx, c, img, target, ref); err != nil {
-						return err
-					}
-				}
 				mu.Lock()
 				defer mu.Unlock()
 				res.AddRef(id, ref)
 				res.AddMeta(exptypes.ExporterImageConfigKey+"/"+id, cfg)
-				if att != nil {
-					res.AddAttestation(id, *att)
-				}
 				return nil
 			})
 		}
@@ -164,44 +151,6 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		res.AddMeta(exptypes.ExporterPlatformsKey, dt)
 		return res, nil
 	}
-}
-
-// sbomAttestation reads the binaries back from the built image and
-// attaches their SBOM as an in-toto attestation of that platform.
-func (s *Graph) sbomAttestation(ctx context.Context, c gateway.Client, img plan.Image, target ocispec.Platform, ref gateway.Reference) (*result.Attestation[gateway.Reference], error) {
-	bins := map[string][]byte{}
-	for _, b := range img.Binaries {
-		data, err := ref.ReadFile(ctx, gateway.ReadRequest{Filename: BinDir + "/" + b})
-		if err != nil {
-			return nil, fmt.Errorf("read %s back for the SBOM: %w", b, err)
-		}
-		bins[b] = data
-	}
-	doc, err := SBOM(img.Name, config.FormatPlatform(target), s.Plan.Stamp.Version, s.Plan.Created(), bins)
-	if err != nil {
-		return nil, err
-	}
-	const path = "/sbom.spdx.json"
-	st := llb.Scratch().File(llb.Mkfile(path, 0o644, doc, llb.WithCreatedTime(s.Plan.Created())),
-		llb.WithCustomNamef("[%s %s] SBOM", img.Name, config.FormatPlatform(target)))
-	def, err := st.Marshal(ctx)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
-	if err != nil {
-		return nil, err
-	}
-	sref, err := r.SingleRef()
-	if err != nil {
-		return nil, err
-	}
-	return &result.Attestation[gateway.Reference]{
-		Kind:   gatewaypb.AttestationKind_InToto,
-		Ref:    sref,
-		Path:   path,
-		InToto: result.InTotoAttestation{PredicateType: SPDXPredicateType},
-	}, nil
 }
 
 // exporterAttrs make the export reproducible: layer timestamps rewritten to

@@ -50,11 +50,6 @@ func Push(ctx context.Context, opts build.Options, popts PushOptions) ([]PushRes
 }
 
 func push(ctx context.Context, s *build.Session, registry string, skipTLSVerify, latest bool) ([]PushResult, error) {
-	return pushWith(ctx, s, registry, skipTLSVerify, latest, nil)
-}
-
-// pushWith pushes with extra frontend attributes, e.g. attestation requests.
-func pushWith(ctx context.Context, s *build.Session, registry string, skipTLSVerify, latest bool, attrs map[string]string) ([]PushResult, error) {
 	s.UseRegistry(registry + "/" + s.Plan.Repository)
 	tags := []string{s.Plan.Stamp.Version}
 	if latest {
@@ -77,9 +72,6 @@ func pushWith(ctx context.Context, s *build.Session, registry string, skipTLSVer
 			exportAttrs["registry.insecure"] = "true"
 		}
 		frontendAttrs := map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")}
-		for k, v := range attrs {
-			frontendAttrs[k] = v
-		}
 		jobs = append(jobs, buildkit.Job{
 			Name:          img.Name,
 			Build:         s.Build(img),

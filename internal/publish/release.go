@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/sign"
 )
 
 // ReleasePlatforms are the platforms every released image carries.
@@ -48,9 +49,11 @@ type ReleaseSummary struct {
 }
 
 // Release stamps the build (version, commit, tree state), writes the
-// release assets with SHA256SUMS under <out>/release/<version>/, and pushes
-// every image for every release platform with a provenance attestation
-// (BuildKit, mode=max) and an SPDX SBOM of its binaries.
+// release assets with SHA256SUMS and its signature under
+// <out>/release/<version>/, pushes every image for every release platform,
+// and signs each index and platform manifest and attaches a signed SLSA v1
+// provenance and SPDX SBOMs, as cosign stores them. The indexes hold only
+// the images, so a rebuild of the same commit has the same digests.
 func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
 	opts.Stamp = true
 	opts.Platforms = ReleasePlatforms
@@ -101,26 +104,35 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 		return sum, nil
 	}
 
+	signer, err := loadSigner(p)
+	if err != nil {
+		return nil, err
+	}
 	s, err := build.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	if err := writeAssets(ctx, s, sum); err != nil {
+	if err := writeAssets(ctx, s, sum, signer); err != nil {
 		return nil, err
 	}
-	s.SBOM = true
-	pushed, err := pushWith(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest, map[string]string{"attest:provenance": "mode=max", "build-arg:KILN_CACHES": caches})
+	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest)
 	if err != nil {
 		return nil, err
 	}
 	sum.Images = pushed
+	_, loopback, _ := buildkit.RegistryHost(registry)
+	resolver := buildkit.Resolver(loopback || ropts.SkipTLSVerify, buildkit.Credentials())
+	if err := attestRelease(ctx, s, signer, resolver, registry, caches, pushed); err != nil {
+		return nil, fmt.Errorf("sign the release in %s: %w", registry, err)
+	}
 	return sum, nil
 }
 
 // writeAssets cross-compiles the release binaries and writes them with a
-// SHA256SUMS file; the directory appears whole or not at all.
-func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary) error {
+// SHA256SUMS file and its signature (SHA256SUMS.sig, for cosign
+// verify-blob); the directory appears whole or not at all.
+func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary, signer *sign.Signer) error {
 	var files []build.FileCopy
 	for _, a := range sum.Assets {
 		target, err := config.ParsePlatform(a.Platform)
@@ -146,7 +158,17 @@ func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary) err
 		lines = append(lines, fmt.Sprintf("%s  %s", sum.Assets[i].SHA256, a.Name))
 	}
 	sort.Strings(lines)
-	if err := os.WriteFile(filepath.Join(work, "SHA256SUMS"), []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+	sums := []byte(strings.Join(lines, "\n") + "\n")
+	sig, err := signer.Sign(sums)
+	if err != nil {
+		os.RemoveAll(work)
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, "SHA256SUMS"), sums, 0o644); err != nil {
+		os.RemoveAll(work)
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, "SHA256SUMS.sig"), []byte(sig+"\n"), 0o644); err != nil {
 		os.RemoveAll(work)
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -12,21 +13,65 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	spdxjson "github.com/spdx/tools-golang/json"
 
 	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
+
+// cosign runs the real cosign CLI.
+func cosign(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command(testdaemon.Cosign(t), args...).Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out) + string(ee.Stderr), err
+	}
+	return string(out), err
+}
+
+// statements decodes the DSSE envelopes cosign verify-attestation prints.
+func statements(t *testing.T, out string) []map[string]json.RawMessage {
+	t.Helper()
+	var sts []map[string]json.RawMessage
+	for _, line := range strings.Split(out, "\n") {
+		var env struct{ Payload string }
+		if json.Unmarshal([]byte(line), &env) != nil || env.Payload == "" {
+			continue
+		}
+		raw, err := base64.StdEncoding.DecodeString(env.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &st); err != nil {
+			t.Fatal(err)
+		}
+		sts = append(sts, st)
+	}
+	return sts
+}
 
 func TestRelease(t *testing.T) {
 	testdaemon.Buildkit(t)
 	reg := testdaemon.StartRegistry(t)
 	ctx := context.Background()
-	root := testdaemon.RepoRoot(t)
+	// A tagged copy of this repository: release:verify checks the tag out.
+	const version = "v1.0.0"
+	root := testdaemon.TaggedCopy(t, testdaemon.RepoRoot(t), version)
+	keys := testdaemon.CosignKeyPair(t, "release-pass")
+	other := testdaemon.CosignKeyPair(t, "other-pass")
+	pub, otherPub := filepath.Join(keys, "cosign.pub"), filepath.Join(other, "cosign.pub")
+	t.Setenv(sign.KeyEnv, filepath.Join(keys, "cosign.key"))
+	t.Setenv(sign.PasswordEnv, "release-pass")
 	out := t.TempDir()
 	opts := build.Options{Root: root, Progress: "quiet", OutDir: out}
-	ropts := publish.ReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Force: true}
+	ropts := publish.ReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}}
+	assetsDir := filepath.Join(out, "release", version)
 
 	t.Run("dry run publishes nothing", func(t *testing.T) {
 		dry := ropts
@@ -35,13 +80,13 @@ func TestRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(sum.Images) != 2 || len(sum.Assets) != 9 || !strings.HasPrefix(sum.Images[0].Refs[0], reg.Addr+"/antrea/antrea-agent:") {
+		if len(sum.Images) != 2 || len(sum.Assets) != 9 || sum.Images[0].Refs[0] != reg.Addr+"/antrea/antrea-agent:"+version {
 			t.Errorf("dry run summary: %+v", sum)
 		}
 		if _, err := os.Stat(sum.AssetsDir); !os.IsNotExist(err) {
 			t.Errorf("a dry run wrote %s", sum.AssetsDir)
 		}
-		if _, _, _, err := reg.Manifest("antrea/antrea-agent", sum.Version); err == nil {
+		if _, _, _, err := reg.Manifest("antrea/antrea-agent", version); err == nil {
 			t.Error("a dry run pushed")
 		}
 	})
@@ -52,10 +97,27 @@ func TestRelease(t *testing.T) {
 		testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\nuncommitted\n")
 		o := opts
 		o.Root = tree
-		r := ropts
-		r.Force = false
-		if _, err := publish.Release(ctx, o, r); err == nil || !strings.Contains(err.Error(), "uncommitted") {
+		if _, err := publish.Release(ctx, o, ropts); err == nil || !strings.Contains(err.Error(), "uncommitted") {
 			t.Errorf("a dirty release: %v", err)
+		}
+	})
+
+	t.Run("no key or a wrong password refuses, writing nothing", func(t *testing.T) {
+		t.Setenv(sign.KeyEnv, "")
+		if _, err := publish.Release(ctx, opts, ropts); err == nil || !strings.Contains(err.Error(), sign.KeyEnv) {
+			t.Errorf("a release without a key: %v", err)
+		}
+		t.Setenv(sign.KeyEnv, filepath.Join(keys, "cosign.key"))
+		t.Setenv(sign.PasswordEnv, "not-the-password")
+		_, err := publish.Release(ctx, opts, ropts)
+		if err == nil || !strings.Contains(err.Error(), "cosign.key") || strings.Contains(err.Error(), "not-the-password") {
+			t.Errorf("a release with a wrong key password: %v", err)
+		}
+		if _, err := os.Stat(assetsDir); !os.IsNotExist(err) {
+			t.Errorf("a refused release wrote %s", assetsDir)
+		}
+		if _, _, _, err := reg.Manifest("antrea/antrea-agent", version); err == nil {
+			t.Error("a refused release pushed")
 		}
 	})
 
@@ -68,7 +130,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	t.Run("assets verify against SHA256SUMS and run", func(t *testing.T) {
+	t.Run("assets verify against SHA256SUMS, its signature and run", func(t *testing.T) {
 		for _, line := range strings.Split(strings.TrimSpace(string(sums)), "\n") {
 			sum, name, _ := strings.Cut(line, "  ")
 			data, err := os.ReadFile(filepath.Join(first.AssetsDir, name))
@@ -82,16 +144,26 @@ func TestRelease(t *testing.T) {
 		if n := strings.Count(string(sums), "\n"); n != 9 {
 			t.Errorf("SHA256SUMS has %d lines, want 9", n)
 		}
+		blob := []string{"verify-blob", "--insecure-ignore-tlog", "--signature", filepath.Join(first.AssetsDir, "SHA256SUMS.sig"), filepath.Join(first.AssetsDir, "SHA256SUMS")}
+		if out, err := cosign(t, append(blob, "--key", pub)...); err != nil {
+			t.Errorf("cosign verify-blob SHA256SUMS: %v\n%s", err, out)
+		}
+		if out, err := cosign(t, append(blob, "--key", otherPub)...); err == nil {
+			t.Errorf("cosign verify-blob passed with another key:\n%s", out)
+		}
 		got, err := exec.Command(filepath.Join(first.AssetsDir, "antctl-linux-x86_64"), "version").Output()
-		if err != nil || !strings.Contains(string(got), "antctl version "+first.Version) || !strings.Contains(string(got), first.Commit) {
-			t.Errorf("antctl asset says %q (%v), want version %s and commit %s", got, err, first.Version, first.Commit)
+		if err != nil || !strings.Contains(string(got), "antctl version "+version) || !strings.Contains(string(got), first.Commit) {
+			t.Errorf("antctl asset says %q (%v), want version %s and commit %s", got, err, version, first.Commit)
 		}
 	})
 
-	t.Run("images carry three platforms, provenance and an SBOM", func(t *testing.T) {
+	t.Run("cosign verifies signatures, SLSA v1 provenance and SBOMs", func(t *testing.T) {
+		config, _ := os.ReadFile(filepath.Join(root, "build", "kiln.yaml"))
+		configSum := sha256.Sum256(config)
 		for _, img := range first.Images {
 			name := "antrea/" + img.Name
-			dgst, _, body, err := reg.Manifest(name, first.Version)
+			ref := img.Refs[0]
+			dgst, _, body, err := reg.Manifest(name, version)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -101,76 +173,72 @@ func TestRelease(t *testing.T) {
 			var index ocispec.Index
 			json.Unmarshal(body, &index)
 			var plats []string
-			predicates := map[string][]byte{}
 			for _, m := range index.Manifests {
-				if m.Annotations["vnd.docker.reference.type"] == "attestation-manifest" {
-					_, _, mb, err := reg.Manifest(name, m.Digest.String())
-					if err != nil {
-						t.Fatal(err)
-					}
-					var am ocispec.Manifest
-					json.Unmarshal(mb, &am)
-					for _, l := range am.Layers {
-						blob, err := reg.Blob(name, l.Digest.String())
-						if err != nil {
-							t.Fatal(err)
+				plats = append(plats, m.Platform.OS+"/"+m.Platform.Architecture+suffix(m.Platform.Variant))
+				if out, err := cosign(t, "verify", "--key", pub, "--insecure-ignore-tlog", reg.Addr+"/"+name+"@"+m.Digest.String()); err != nil {
+					t.Errorf("%s %s: cosign verify of the platform manifest: %v\n%s", name, m.Platform.Architecture, err, out)
+				}
+			}
+			// The index holds the images and nothing else: no attestation
+			// manifest with a build time in it.
+			if strings.Join(plats, ",") != publish.ReleasePlatforms {
+				t.Errorf("%s index entries %v, want exactly %s", name, plats, publish.ReleasePlatforms)
+			}
+			if out, err := cosign(t, "verify", "--key", pub, "--insecure-ignore-tlog", ref); err != nil {
+				t.Errorf("cosign verify %s: %v\n%s", ref, err, out)
+			}
+			if out, err := cosign(t, "verify", "--key", otherPub, "--insecure-ignore-tlog", ref); err == nil {
+				t.Errorf("cosign verify %s passed with another key:\n%s", ref, out)
+			}
+
+			out, err := cosign(t, "verify-attestation", "--key", pub, "--insecure-ignore-tlog", "--type", "slsaprovenance1", ref)
+			if err != nil {
+				t.Fatalf("cosign verify-attestation --type slsaprovenance1 %s: %v\n%s", ref, err, out)
+			}
+			if out, err := cosign(t, "verify-attestation", "--key", otherPub, "--insecure-ignore-tlog", "--type", "slsaprovenance1", ref); err == nil {
+				t.Errorf("cosign verify-attestation passed with another key:\n%s", out)
+			}
+			var prov struct {
+				Predicate struct {
+					BuildDefinition struct {
+						ExternalParameters struct {
+							Source struct{ Commit, TreeState string }
 						}
-						if bytes.Contains(blob, []byte(reg.Pass)) {
-							t.Errorf("%s: an attestation contains the registry password", name)
+						InternalParameters struct {
+							Config    struct{ SHA256 string }
+							Toolchain struct{ SHA256 string }
+							Caches    string
 						}
-						predicates[l.Annotations["in-toto.io/predicate-type"]] = blob
 					}
+				}
+			}
+			var provenances int
+			for _, st := range statements(t, out) {
+				if string(st["predicateType"]) != `"https://slsa.dev/provenance/v1"` {
 					continue
 				}
-				plats = append(plats, m.Platform.OS+"/"+m.Platform.Architecture+suffix(m.Platform.Variant))
+				provenances++
+				raw, _ := json.Marshal(st)
+				json.Unmarshal(raw, &prov)
 			}
-			if strings.Join(plats, ",") != publish.ReleasePlatforms {
-				t.Errorf("%s platforms %v, want %s", name, plats, publish.ReleasePlatforms)
+			bd := prov.Predicate.BuildDefinition
+			if provenances != 1 || bd.ExternalParameters.Source.Commit != first.Commit || bd.ExternalParameters.Source.TreeState != "clean" ||
+				bd.InternalParameters.Config.SHA256 != hex.EncodeToString(configSum[:]) || bd.InternalParameters.Caches != "isolated" || len(bd.InternalParameters.Toolchain.SHA256) != 64 {
+				t.Errorf("%s: %d provenances; the last records %+v", name, provenances, bd)
 			}
-			if _, ok := predicates["https://slsa.dev/provenance/v0.2"]; !ok && predicates["https://slsa.dev/provenance/v1"] == nil {
-				t.Errorf("%s: no provenance attestation (predicates %v)", name, keys(predicates))
+			if bytes.Contains([]byte(out), []byte(reg.Pass)) || bytes.Contains([]byte(out), []byte("release-pass")) {
+				t.Errorf("%s: an attestation holds a secret", name)
 			}
-			sbom, ok := predicates["https://spdx.dev/Document"]
-			if !ok {
-				t.Fatalf("%s: no SBOM attestation (predicates %v)", name, keys(predicates))
-			}
-			var statement struct {
-				Predicate struct {
-					Packages []struct{ Name string } `json:"packages"`
-				} `json:"predicate"`
-			}
-			if err := json.Unmarshal(sbom, &statement); err != nil {
-				t.Fatalf("%s: SBOM statement: %v", name, err)
-			}
-			listed := map[string]bool{}
-			for _, p := range statement.Predicate.Packages {
-				listed[p.Name] = true
-			}
-			// Every module `go version -m` lists for the binary is in the SBOM.
-			mods, err := exec.Command("go", "version", "-m", filepath.Join(first.AssetsDir, "antctl-linux-x86_64")).Output()
+
+			out, err = cosign(t, "verify-attestation", "--key", pub, "--insecure-ignore-tlog", "--type", "spdxjson", ref)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("cosign verify-attestation --type spdxjson %s: %v\n%s", ref, err, out)
 			}
-			for _, line := range strings.Split(string(mods), "\n") {
-				f := strings.Fields(line)
-				if len(f) >= 2 && (f[0] == "mod" || f[0] == "dep") && !listed[f[1]] {
-					t.Errorf("%s: SBOM lacks module %s", name, f[1])
-				}
-			}
-			if !listed["stdlib"] || !listed["antctl"] {
-				t.Errorf("%s: SBOM lacks the standard library", name)
-			}
-			// Each image lists the modules of its own binaries and no others:
-			// the agent image carries the CNI plugin, the controller does not.
-			wantCNI := strings.Contains(name, "agent")
-			if !listed["github.com/prometheus/client_golang"] || !listed["github.com/spf13/cobra"] || listed["github.com/containernetworking/cni"] != wantCNI {
-				t.Errorf("%s: SBOM modules prometheus %t, cobra %t, cni %t (want cni %t)", name,
-					listed["github.com/prometheus/client_golang"], listed["github.com/spf13/cobra"], listed["github.com/containernetworking/cni"], wantCNI)
-			}
+			checkSBOMs(t, ctx, img, statements(t, out))
 		}
 	})
 
-	t.Run("a second release is byte-identical", func(t *testing.T) {
+	t.Run("a second release has the same digests", func(t *testing.T) {
 		second, err := publish.Release(ctx, opts, ropts)
 		if err != nil {
 			t.Fatal(err)
@@ -180,30 +248,172 @@ func TestRelease(t *testing.T) {
 			t.Errorf("assets differ between two releases:\n%s\n%s", sums, again)
 		}
 		for i, img := range second.Images {
-			a := platformManifests(t, reg, "antrea/"+img.Name, img.Digest)
-			b := platformManifests(t, reg, "antrea/"+first.Images[i].Name, first.Images[i].Digest)
-			if strings.Join(a, ",") != strings.Join(b, ",") {
-				t.Errorf("%s: platform manifests differ between releases:\n%v\n%v", img.Name, a, b)
+			if img.Digest != first.Images[i].Digest {
+				t.Errorf("%s: index %s, then %s", img.Name, first.Images[i].Digest, img.Digest)
 			}
 		}
 	})
-}
 
-func platformManifests(t *testing.T, reg *testdaemon.Registry, name, digest string) []string {
-	t.Helper()
-	_, _, body, err := reg.Manifest(name, digest)
+	vopts := publish.VerifyReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Version: version, PublicKey: pub}
+	vo, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var index ocispec.Index
-	json.Unmarshal(body, &index)
-	var out []string
-	for _, m := range index.Manifests {
-		if m.Annotations["vnd.docker.reference.type"] != "attestation-manifest" {
-			out = append(out, m.Digest.String())
+	if !vo.OK() || vo.Commit != first.Commit || len(vo.Images) != 2 {
+		t.Fatalf("release:verify of the release: %+v", vo)
+	}
+	for _, img := range vo.Images {
+		if img.Signatures != 4 || img.Attestations != 4 {
+			t.Errorf("%s: %d signatures and %d attestations verified, want 4 and 4", img.Name, img.Signatures, img.Attestations)
 		}
 	}
-	return out
+	if _, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, publish.VerifyReleaseOptions{PushOptions: vopts.PushOptions, Version: "v9.9.9", PublicKey: pub}); err == nil || !strings.Contains(err.Error(), "v9.9.9") {
+		t.Errorf("release:verify of a version never released: %v", err)
+	}
+
+	// A build of another commit replaces the agent's linux/arm64 image.
+	testdaemon.AppendLine(t, filepath.Join(root, "pkg", "agent", "agent.go"), "\nvar tampered = \"another commit\"\n")
+	testdaemon.Git(t, root, "commit", "-qam", "another commit")
+	o := opts
+	o.Platforms, o.Stamp = "linux/arm64", true
+	o.Images = []string{"antrea-agent"}
+	pushed, err := publish.Push(ctx, o, publish.PushOptions{Registry: reg.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, otherIndex, _ := reg.Manifest("antrea/antrea-agent", pushed[0].Digest)
+	_, mediaType, released, _ := reg.Manifest("antrea/antrea-agent", version)
+	var idx, otherIdx ocispec.Index
+	json.Unmarshal(released, &idx)
+	json.Unmarshal(otherIndex, &otherIdx)
+	for i, m := range idx.Manifests {
+		if m.Platform.Architecture == "arm64" {
+			idx.Manifests[i] = otherIdx.Manifests[0]
+		}
+	}
+	tampered, _ := json.Marshal(idx)
+	reg.PutManifest(t, "antrea/antrea-agent", version, mediaType, tampered)
+
+	vo, err = publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, vopts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vo.OK() {
+		t.Fatal("release:verify passed a release whose arm64 agent is another commit's build")
+	}
+	agent, controller := vo.Images[0], vo.Images[1]
+	if len(agent.Problems) == 0 || !strings.Contains(strings.Join(agent.Problems, "\n"), "no signature") {
+		t.Errorf("the tampered index's signatures: %v", agent.Problems)
+	}
+	if controller.Digest != controller.Rebuilt || len(controller.Problems) > 0 {
+		t.Errorf("the untouched controller: %+v", controller)
+	}
+	var located bool
+	for _, d := range vo.Differences {
+		located = located || d.Platform == "linux/arm64" && strings.Contains(d.Path, "usr/local/bin/antrea-agent")
+		if d.Platform != "linux/arm64" {
+			t.Errorf("a difference outside the replaced platform: %s", d)
+		}
+	}
+	if !located {
+		t.Errorf("the differences do not name the agent binary of linux/arm64: %v", vo.Differences)
+	}
+}
+
+// checkSBOMs parses each SBOM with the SPDX library and compares its
+// modules with `go version -m` of that platform's binaries in the image.
+func checkSBOMs(t *testing.T, ctx context.Context, img publish.PushResult, sts []map[string]json.RawMessage) {
+	t.Helper()
+	layout, err := publish.PullLayout(ctx, buildkit.Resolver(true, buildkit.Credentials()), img.Refs[0], digest.Digest(img.Digest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sts) != len(layout.Manifests) {
+		t.Fatalf("%s: %d SBOMs for %d platforms", img.Name, len(sts), len(layout.Manifests))
+	}
+	namespaces := map[string]bool{}
+	for _, st := range sts {
+		doc, err := spdxjson.Read(bytes.NewReader(st["predicate"]))
+		if err != nil {
+			t.Fatalf("%s: the SPDX library does not parse the SBOM: %v", img.Name, err)
+		}
+		namespaces[doc.DocumentNamespace] = true
+		var subjects []struct{ Digest map[string]string }
+		json.Unmarshal(st["subject"], &subjects)
+		var platform string
+		for _, m := range layout.Manifests {
+			for _, s := range subjects {
+				if "sha256:"+s.Digest["sha256"] == m.Digest {
+					platform = m.Platform
+				}
+			}
+		}
+		if platform == "" {
+			t.Fatalf("%s: an SBOM names no platform manifest of the image: %s", img.Name, st["subject"])
+		}
+		inSBOM := map[string]bool{}
+		for _, p := range doc.Packages {
+			inSBOM[p.PackageName+" "+p.PackageVersion] = true
+		}
+		want := map[string]bool{}
+		for _, man := range layout.Manifests {
+			if man.Platform != platform {
+				continue
+			}
+			for _, l := range man.Layers {
+				for _, f := range l.Files {
+					if !strings.HasPrefix(f.Path, "usr/local/bin/") || f.Type != '0' {
+						continue
+					}
+					bin := filepath.Join(t.TempDir(), filepath.Base(f.Path))
+					os.WriteFile(bin, f.Data, 0o755)
+					mods, err := exec.Command("go", "version", "-m", bin).Output()
+					if err != nil {
+						t.Fatal(err)
+					}
+					for _, line := range strings.Split(string(mods), "\n") {
+						fs := strings.Fields(line)
+						switch {
+						case len(fs) >= 3 && fs[0] == "dep":
+							want[fs[1]+" "+fs[2]] = true
+						case len(fs) >= 2 && fs[0] == "mod":
+							want[fs[1]+" v1.0.0"] = true // the release's version, not (devel)
+						}
+					}
+				}
+			}
+		}
+		if len(want) < 5 {
+			t.Fatalf("%s %s: go version -m lists %d modules; the check needs real ones", img.Name, platform, len(want))
+		}
+		for mod := range want {
+			if !inSBOM[mod] {
+				t.Errorf("%s %s: the SBOM lacks %s", img.Name, platform, mod)
+			}
+		}
+		for p := range inSBOM {
+			name, _, _ := strings.Cut(p, " ")
+			if strings.Contains(name, ".") && !want[p] {
+				t.Errorf("%s %s: the SBOM lists %s, which no binary of the image holds", img.Name, platform, p)
+			}
+		}
+		_, hasCNI := want["github.com/containernetworking/cni "+versionOf(want, "github.com/containernetworking/cni")]
+		if hasCNI != strings.Contains(img.Name, "agent") {
+			t.Errorf("%s %s: CNI modules %t", img.Name, platform, hasCNI)
+		}
+	}
+	if len(namespaces) != len(sts) {
+		t.Errorf("%s: SBOM namespaces are not unique per platform: %v", img.Name, namespaces)
+	}
+}
+
+func versionOf(mods map[string]bool, path string) string {
+	for m := range mods {
+		if p, v, _ := strings.Cut(m, " "); p == path {
+			return v
+		}
+	}
+	return ""
 }
 
 func suffix(v string) string {
@@ -211,12 +421,4 @@ func suffix(v string) string {
 		return ""
 	}
 	return "/" + v
-}
-
-func keys(m map[string][]byte) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }

@@ -10,23 +10,9 @@ import (
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
-// cosignKeyPair makes a key pair with the real cosign CLI in a new folder.
-func cosignKeyPair(t *testing.T, password string) string {
-	t.Helper()
-	bin := testdaemon.Cosign(t)
-	dir := t.TempDir()
-	cmd := exec.Command(bin, "generate-key-pair")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD="+password)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
-	}
-	return dir
-}
-
 func TestBlobSignaturesInteroperateWithCosign(t *testing.T) {
-	keys := cosignKeyPair(t, "s3cret-pass")
-	other := cosignKeyPair(t, "other")
+	keys := testdaemon.CosignKeyPair(t, "s3cret-pass")
+	other := testdaemon.CosignKeyPair(t, "other")
 	signer, err := LoadKey(filepath.Join(keys, "cosign.key"), []byte("s3cret-pass"))
 	if err != nil {
 		t.Fatal(err)

@@ -67,3 +67,12 @@ func (r *Registry) do(t testing.TB, req *http.Request, want int) *http.Response 
 	}
 	return resp
 }
+
+// PutManifest stores a manifest or index under a tag, as an attacker with
+// write access to the repository could.
+func (r *Registry) PutManifest(t testing.TB, name, tag, mediaType string, body []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPut, fmt.Sprintf(r.scheme+"://%s/v2/%s/manifests/%s", r.Addr, name, tag), bytes.NewReader(body))
+	req.Header.Set("Content-Type", mediaType)
+	r.do(t, req, http.StatusCreated)
+}

@@ -152,3 +152,17 @@ func Cosign(t testing.TB) string {
 	}
 	return path
 }
+
+// CosignKeyPair makes cosign.key and cosign.pub with the real cosign CLI in
+// a new folder, the key encrypted with password.
+func CosignKeyPair(t testing.TB, password string) string {
+	t.Helper()
+	dir := t.TempDir()
+	cmd := exec.Command(Cosign(t), "generate-key-pair")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD="+password)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
+	}
+	return dir
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -72,4 +74,32 @@ func GrepTree(dir string, needle []byte) (string, bool) {
 		return nil
 	})
 	return found, found != ""
+}
+
+// Git runs git in dir with a fixed author, committer and date.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GIT_AUTHOR_DATE=2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE=2026-01-01T00:00:00Z")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TaggedCopy copies the repository at from into a new git repository of
+// one commit, tagged tag.
+func TaggedCopy(t testing.TB, from, tag string) string {
+	t.Helper()
+	dir := t.TempDir()
+	CopyTree(t, from, dir)
+	os.RemoveAll(filepath.Join(dir, ".git"))
+	Git(t, dir, "init", "-q")
+	Git(t, dir, "add", "-A")
+	Git(t, dir, "commit", "-qm", "release "+tag)
+	Git(t, dir, "tag", tag)
+	return dir
 }

@@ -91,6 +91,12 @@ func ReadLayout(path string) (*Layout, error) {
 		}
 		blobs[h.Name] = data
 	}
+	return LayoutFromBlobs(path, blobs)
+}
+
+// LayoutFromBlobs reads an OCI layout held in memory: "index.json" and
+// "blobs/<alg>/<hex>" entries. name names it in errors.
+func LayoutFromBlobs(path string, blobs map[string][]byte) (*Layout, error) {
 	blob := func(dgst string, v any) ([]byte, error) {
 		data, ok := blobs["blobs/"+strings.Replace(dgst, ":", "/", 1)]
 		if !ok {

@@ -1,5 +1,6 @@
 // Package namespaces is kiln's namespaced mage targets: images:load,
-// images:smoke, images:push, verify:repro, bench:compare and buildkit:*.
+// images:smoke, images:push, verify:repro, release:verify, bench:compare
+// and buildkit:*.
 // They live apart from package targets because mage names a namespace after
 // its type, and a type Images cannot sit beside the images target in one
 // package; import both (see package targets).
@@ -147,6 +148,54 @@ func (Verify) Repro(ctx context.Context, platforms *string, progress *string) er
 		fmt.Println("  " + d.String())
 	}
 	return fmt.Errorf("the two builds of this commit differ in %d places", len(out.Differences))
+}
+
+// Release holds the checks of a published release.
+type Release mg.Namespace
+
+// Proves a published release came from its source: signatures and a rebuild.
+//
+// Checks every index and platform manifest signature, the SLSA provenance
+// (naming the tag's commit) and SBOM attestations with the public key; then
+// checks out the tag's commit into a temporary worktree, rebuilds every image
+// for every release platform in isolation and compares each with the
+// registry's, locating any difference (image, platform, layer, file, ELF
+// section). Exits non-zero unless all is identical and verified.
+//
+//	VERSION                 the released tag, e.g. v2.3.0
+//	-registry=HOST[:PORT]   where it was released (or REGISTRY)
+//	-key=FILE               cosign.pub (default kiln.yaml signing.publicKey)
+//	-skiptlsverify          as for images:push
+//	-progress               as for images
+func (Release) Verify(ctx context.Context, version string, registry *string, key *string, skiptlsverify *bool, progress *string) error {
+	out, err := publish.VerifyRelease(ctx, cli.Options(nil, nil, progress), publish.VerifyReleaseOptions{
+		PushOptions: publish.PushOptions{Registry: cli.Str(registry), SkipTLSVerify: cli.Bool(skiptlsverify)},
+		Version:     version, PublicKey: cli.Str(key),
+	})
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	fmt.Printf("release %s, commit %s:\n", out.Version, out.Commit)
+	for _, img := range out.Images {
+		same := "identical to its rebuild"
+		if img.Digest != img.Rebuilt {
+			same = "DIFFERENT from its rebuild " + img.Rebuilt
+		}
+		fmt.Printf("  %s %s [%s] %d signatures and %d attestations verified, %s\n", img.Ref, img.Digest, strings.Join(img.Platforms, ", "), img.Signatures, img.Attestations, same)
+		for _, p := range img.Problems {
+			fmt.Printf("    NOT VERIFIED: %s\n", p)
+		}
+	}
+	if out.OK() {
+		return nil
+	}
+	if len(out.Differences) > 0 {
+		fmt.Println("\nwhere the registry's images differ from the source's:")
+		for _, d := range out.Differences {
+			fmt.Println("  " + d.String())
+		}
+	}
+	return fmt.Errorf("release %s does not verify: see the signatures not verified and the differences from what commit %s builds above", out.Version, out.Commit)
 }
 
 // Bench holds the benchmark report tools.

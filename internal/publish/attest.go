@@ -1,0 +1,256 @@
+package publish
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/distribution/reference"
+	"github.com/in-toto/in-toto-golang/in_toto"
+	"github.com/in-toto/in-toto-golang/in_toto/slsa_provenance/common"
+	slsa1 "github.com/in-toto/in-toto-golang/in_toto/slsa_provenance/v1"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/sign"
+)
+
+// BuildType names kiln's release build in its SLSA provenance.
+const BuildType = "https://github.com/kiln-build/kiln/release/v1"
+
+// BuilderID names kiln as the SLSA builder.
+const BuilderID = "https://github.com/kiln-build/kiln"
+
+// SigningKeyPath is KILN_SIGNING_KEY, else kiln.yaml's signing.key (from
+// the repository root); "" when neither is set.
+func SigningKeyPath(p *plan.Plan) string {
+	if path := os.Getenv(sign.KeyEnv); path != "" {
+		return path
+	}
+	if p.Signing.Key == "" || filepath.IsAbs(p.Signing.Key) {
+		return p.Signing.Key
+	}
+	return filepath.Join(p.Root, p.Signing.Key)
+}
+
+// PublicKeyPath is kiln.yaml's signing.publicKey from the repository root.
+func PublicKeyPath(p *plan.Plan) string {
+	if p.Signing.PublicKey == "" || filepath.IsAbs(p.Signing.PublicKey) {
+		return p.Signing.PublicKey
+	}
+	return filepath.Join(p.Root, p.Signing.PublicKey)
+}
+
+// loadSigner loads the release's signing key, or says how to give one.
+func loadSigner(p *plan.Plan) (*sign.Signer, error) {
+	path := SigningKeyPath(p)
+	if path == "" {
+		return nil, fmt.Errorf("a release is signed, and no signing key is set: set %s (or %s signing.key) to a cosign.key from `cosign generate-key-pair`, and its password in %s or COSIGN_PASSWORD", sign.KeyEnv, config.File, sign.PasswordEnv)
+	}
+	return sign.LoadKey(path, sign.Password())
+}
+
+// Provenance is the SLSA v1 provenance of one released image: kiln's own
+// inputs (kiln.yaml, the toolchain pin, the commit and tree state, the
+// module files, the bases, whether caches were trusted). It records no
+// times, so a release rebuilt from the same commit attests the same.
+func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []in_toto.Subject) ([]byte, error) {
+	deps := []slsa1.ResourceDescriptor{
+		{URI: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: common.DigestSet{"gitCommit": p.Stamp.Commit}},
+		{URI: "pkg:golang/golang.org/toolchain@" + p.Toolchain.Module, Digest: common.DigestSet{"sha256": p.Toolchain.SHA256}},
+	}
+	if img.Base != "" {
+		if named, err := reference.ParseNormalizedNamed(img.Base); err == nil {
+			if d, ok := named.(reference.Digested); ok {
+				deps = append(deps, slsa1.ResourceDescriptor{URI: "oci://" + named.Name(), Digest: common.DigestSet{d.Digest().Algorithm().String(): d.Digest().Encoded()}})
+			}
+		}
+	}
+	for _, f := range p.ModFiles {
+		if h := p.ModFileHashes[f]; h != "" {
+			deps = append(deps, slsa1.ResourceDescriptor{Name: f, Digest: common.DigestSet{"sha256": h}})
+		}
+	}
+	for _, m := range p.Modules {
+		path, version, _ := strings.Cut(m, "@")
+		deps = append(deps, slsa1.ResourceDescriptor{URI: "pkg:golang/" + path + "@" + version})
+	}
+	st := in_toto.ProvenanceStatementSLSA1{
+		StatementHeader: in_toto.StatementHeader{Type: in_toto.StatementInTotoV1, PredicateType: slsa1.PredicateSLSAProvenance, Subject: subjects},
+		Predicate: slsa1.ProvenancePredicate{
+			BuildDefinition: slsa1.ProvenanceBuildDefinition{
+				BuildType: BuildType,
+				ExternalParameters: map[string]any{
+					"source":    map[string]string{"uri": p.Source, "commit": p.Stamp.Commit, "treeState": p.Stamp.TreeState},
+					"version":   p.Stamp.Version,
+					"image":     img.Name,
+					"platforms": img.PlatformIDs(),
+				},
+				InternalParameters: map[string]any{
+					"config":          map[string]string{"path": config.File, "sha256": configSHA256},
+					"toolchain":       p.Toolchain,
+					"caches":          caches,
+					"goEnv":           p.GoEnv,
+					"ldflags":         p.Stamp.LDFlags,
+					"modMode":         p.ModMode,
+					"sourceDateEpoch": p.SourceDateEpoch,
+				},
+				ResolvedDependencies: deps,
+			},
+			RunDetails: slsa1.ProvenanceRunDetails{
+				Builder: slsa1.Builder{ID: BuilderID, Version: map[string]string{"kiln": image.KilnVersion(), "buildkit": buildkit.Version}},
+			},
+		},
+	}
+	return json.Marshal(st)
+}
+
+// attestRelease signs every pushed image index and platform manifest, and
+// attaches to each a signed provenance and the SBOM of each platform's
+// binaries, read back from the build.
+func attestRelease(ctx context.Context, s *build.Session, signer *sign.Signer, resolver remotes.Resolver, registry, caches string, pushed []PushResult) error {
+	p := s.Plan
+	configData, err := os.ReadFile(filepath.Join(p.Root, config.File))
+	if err != nil {
+		return err
+	}
+	configSum := sha256.Sum256(configData)
+	bins, err := exportImageBinaries(ctx, s)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(filepath.Dir(bins))
+	for i, img := range p.Images {
+		repo := registry + "/" + p.Repository + "/" + img.Name
+		indexDigest := digest.Digest(pushed[i].Digest)
+		manifests, err := platformManifests(ctx, resolver, repo, indexDigest)
+		if err != nil {
+			return err
+		}
+		subjects := []in_toto.Subject{{Name: repo, Digest: common.DigestSet{"sha256": indexDigest.Encoded()}}}
+		for _, m := range manifests {
+			subjects = append(subjects, in_toto.Subject{Name: repo + " " + config.FormatPlatform(*m.Platform), Digest: common.DigestSet{"sha256": m.Digest.Encoded()}})
+		}
+		prov, err := Provenance(p, img, hex.EncodeToString(configSum[:]), caches, subjects)
+		if err != nil {
+			return err
+		}
+		provLayer, err := signer.AttestationLayer(prov, slsa1.PredicateSLSAProvenance)
+		if err != nil {
+			return err
+		}
+		indexAtts := []sign.Layer{provLayer}
+		for j, m := range manifests {
+			platform := config.FormatPlatform(*m.Platform)
+			binaries := map[string][]byte{}
+			for _, b := range img.Binaries {
+				data, err := os.ReadFile(filepath.Join(bins, strings.ReplaceAll(platform, "/", "-"), b))
+				if err != nil {
+					return fmt.Errorf("SBOM of %s %s: %w", img.Name, platform, err)
+				}
+				binaries[b] = data
+			}
+			doc, err := image.SBOM(img.Name, platform, p.Stamp.Version, p.Created(), binaries)
+			if err != nil {
+				return err
+			}
+			st, err := json.Marshal(struct {
+				in_toto.StatementHeader
+				Predicate json.RawMessage `json:"predicate"`
+			}{in_toto.StatementHeader{Type: in_toto.StatementInTotoV1, PredicateType: image.SPDXPredicateType, Subject: []in_toto.Subject{subjects[0], subjects[j+1]}}, doc})
+			if err != nil {
+				return err
+			}
+			sbomLayer, err := signer.AttestationLayer(st, image.SPDXPredicateType)
+			if err != nil {
+				return err
+			}
+			indexAtts = append(indexAtts, sbomLayer)
+			if err := signAndAttach(ctx, signer, resolver, repo, m.Digest, []sign.Layer{provLayer, sbomLayer}); err != nil {
+				return err
+			}
+		}
+		if err := signAndAttach(ctx, signer, resolver, repo, indexDigest, indexAtts); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func signAndAttach(ctx context.Context, signer *sign.Signer, resolver remotes.Resolver, repo string, subject digest.Digest, atts []sign.Layer) error {
+	sig, err := signer.SignatureLayer(repo, subject)
+	if err != nil {
+		return err
+	}
+	if err := sign.Attach(ctx, resolver, repo, subject, "sig", []sign.Layer{sig}); err != nil {
+		return err
+	}
+	return sign.Attach(ctx, resolver, repo, subject, "att", atts)
+}
+
+// platformManifests are the platform manifests of a pushed index.
+func platformManifests(ctx context.Context, resolver remotes.Resolver, repo string, index digest.Digest) ([]ocispec.Descriptor, error) {
+	ref := repo + "@" + index.String()
+	_, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return nil, fmt.Errorf("read back %s: %w", ref, err)
+	}
+	f, err := resolver.Fetcher(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	data, err := sign.ReadBlob(ctx, f, desc)
+	if err != nil {
+		return nil, fmt.Errorf("read back %s: %w", ref, err)
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return nil, fmt.Errorf("read back %s: not an index: %w", ref, err)
+	}
+	var out []ocispec.Descriptor
+	for _, m := range idx.Manifests {
+		if m.Platform != nil && m.Platform.OS != "unknown" {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// exportImageBinaries writes every image's binaries for each of its
+// platforms under <dir>/<os-arch[-variant]>/; the states are the images'
+// own, so BuildKit answers from its cache.
+func exportImageBinaries(ctx context.Context, s *build.Session) (string, error) {
+	dir, err := os.MkdirTemp("", "kiln-sbom-")
+	if err != nil {
+		return "", err
+	}
+	var files []build.FileCopy
+	seen := map[string]bool{}
+	for _, img := range s.Plan.Images {
+		for _, target := range img.Targets {
+			for _, b := range img.Binaries {
+				dest := "/" + strings.ReplaceAll(config.FormatPlatform(target), "/", "-") + "/" + b
+				if !seen[dest] {
+					seen[dest] = true
+					files = append(files, build.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
+				}
+			}
+		}
+	}
+	if _, err := s.ExportFiles(ctx, "SBOM binaries", files, filepath.Join(dir, "bin")); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return filepath.Join(dir, "bin"), nil
+}

@@ -1,0 +1,316 @@
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/sign"
+	"github.com/kiln-build/kiln/internal/verify"
+)
+
+// VerifyReleaseOptions say which release to check and with which key.
+type VerifyReleaseOptions struct {
+	PushOptions
+	// Version is the released version: a git tag of this repository.
+	Version string
+	// PublicKey is the cosign.pub to check signatures with; kiln.yaml's
+	// signing.publicKey when empty.
+	PublicKey string
+}
+
+// VerifiedImage is one released image as release:verify found it.
+type VerifiedImage struct {
+	Name string `json:"name"`
+	Ref  string `json:"ref"`
+	// Digest is the registry's index; Rebuilt the index rebuilt from source.
+	Digest    string   `json:"digest"`
+	Rebuilt   string   `json:"rebuilt"`
+	Platforms []string `json:"platforms"`
+	// Signatures and Attestations are how many verified; Problems say
+	// what did not (a missing, tampered or foreign-key signature or
+	// attestation, a provenance of another commit).
+	Signatures   int      `json:"signatures"`
+	Attestations int      `json:"attestations"`
+	Problems     []string `json:"problems,omitempty"`
+}
+
+// VerifyReleaseOutcome is the result of release:verify; OK only when every
+// image is identical to its rebuild and every signature and attestation
+// verified.
+type VerifyReleaseOutcome struct {
+	Version     string              `json:"version"`
+	Commit      string              `json:"commit"`
+	Images      []VerifiedImage     `json:"images"`
+	Differences []verify.Difference `json:"differences"`
+}
+
+// OK says every image matched its rebuild.
+func (o *VerifyReleaseOutcome) OK() bool {
+	for _, img := range o.Images {
+		if img.Digest != img.Rebuilt || len(img.Problems) > 0 {
+			return false
+		}
+	}
+	return len(o.Differences) == 0
+}
+
+// VerifyRelease checks a published release against its source: it checks
+// the signatures of every index and platform manifest and the provenance
+// and SBOM attestations with the public key, and that the provenance names
+// the tag's commit; then it checks out that commit into a temporary
+// worktree, rebuilds every image for every release platform in isolation
+// (as verify:repro does) and compares the indexes, locating any difference
+// down to the file and ELF section.
+func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseOptions) (*VerifyReleaseOutcome, error) {
+	if err := plan.ValidVersion(vopts.Version); err != nil {
+		return nil, fmt.Errorf("release version: %w", err)
+	}
+	root := opts.Root
+	if root == "" {
+		var err error
+		if root, err = os.Getwd(); err != nil {
+			return nil, err
+		}
+	}
+	commit, err := git(root, "rev-parse", "--verify", "--quiet", "refs/tags/"+vopts.Version+"^{commit}")
+	if err != nil {
+		return nil, fmt.Errorf("release %s: no such tag in the git repository at %s; fetch the tags (git fetch --tags) or name a released version", vopts.Version, root)
+	}
+	keyPath := vopts.PublicKey
+	if keyPath == "" {
+		cfg, err := config.Load(root)
+		if err != nil {
+			return nil, err
+		}
+		if keyPath = PublicKeyPath(&plan.Plan{Root: root, Signing: cfg.Signing}); keyPath == "" {
+			return nil, fmt.Errorf("no public key: pass -key=cosign.pub or set signing.publicKey in %s", config.File)
+		}
+	}
+	verifier, err := sign.LoadPublicKey(keyPath)
+	if err != nil {
+		return nil, err
+	}
+	registry, loopback, err := buildkit.RegistryHost(vopts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	resolver := buildkit.Resolver(loopback || vopts.SkipTLSVerify, buildkit.Credentials())
+
+	tmp, err := os.MkdirTemp("", "kiln-release-verify-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	src := filepath.Join(tmp, "src")
+	if _, err := git(root, "worktree", "add", "--detach", "--quiet", src, commit); err != nil {
+		return nil, fmt.Errorf("check out %s (%s): %w", vopts.Version, commit, err)
+	}
+	defer git(root, "worktree", "remove", "--force", src)
+
+	opts.Root, opts.OutDir = src, filepath.Join(tmp, "out")
+	opts.Stamp, opts.Release, opts.TrustCaches = true, true, false
+	opts.Platforms = ReleasePlatforms
+	p, err := build.Plan(opts)
+	if err != nil {
+		return nil, fmt.Errorf("the plan of %s: %w", vopts.Version, err)
+	}
+	if p.Stamp.Version != vopts.Version || p.Stamp.Commit != commit {
+		return nil, fmt.Errorf("the checkout of %s stamps version %s, commit %s; a release of that tag stamps %s, %s", vopts.Version, p.Stamp.Version, p.Stamp.Commit, vopts.Version, commit)
+	}
+
+	out := &VerifyReleaseOutcome{Version: vopts.Version, Commit: commit}
+	for _, img := range p.Images {
+		vi, err := checkPublished(ctx, resolver, verifier, registry, p, img, commit)
+		if err != nil {
+			return nil, err
+		}
+		out.Images = append(out.Images, *vi)
+	}
+
+	rebuilt, err := build.Rebuild(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("rebuild %s in isolation: %w", vopts.Version, err)
+	}
+	for i, r := range rebuilt.Images {
+		out.Images[i].Rebuilt = r.Digest
+		if r.Digest == out.Images[i].Digest {
+			continue
+		}
+		published, err := PullLayout(ctx, resolver, out.Images[i].Ref, digest.Digest(out.Images[i].Digest))
+		if err != nil {
+			return nil, err
+		}
+		local, err := verify.ReadLayout(r.Path)
+		if err != nil {
+			return nil, err
+		}
+		out.Differences = append(out.Differences, verify.DiffLayouts(r.Name, published, local)...)
+	}
+	return out, nil
+}
+
+// checkPublished resolves an image of the release and verifies its
+// signatures and attestations; what fails to verify is a problem of the
+// image, so the rebuild still runs and locates any difference.
+func checkPublished(ctx context.Context, resolver remotes.Resolver, verifier *sign.Verifier, registry string, p *plan.Plan, img plan.Image, commit string) (*VerifiedImage, error) {
+	repo := registry + "/" + p.Repository + "/" + img.Name
+	ref := repo + ":" + p.Stamp.Version
+	_, desc, err := resolver.Resolve(ctx, ref)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("%s does not exist: was %s released to %s?", ref, p.Stamp.Version, registry)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	vi := &VerifiedImage{Name: img.Name, Ref: ref, Digest: desc.Digest.String()}
+	problem := func(err error) { vi.Problems = append(vi.Problems, err.Error()) }
+	if err := verifier.VerifyImage(ctx, resolver, repo, desc.Digest); err != nil {
+		problem(err)
+	} else {
+		vi.Signatures++
+	}
+	manifests, err := platformManifests(ctx, resolver, repo, desc.Digest)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range manifests {
+		vi.Platforms = append(vi.Platforms, config.FormatPlatform(*m.Platform))
+		if err := verifier.VerifyImage(ctx, resolver, repo, m.Digest); err != nil {
+			problem(fmt.Errorf("%s: %w", config.FormatPlatform(*m.Platform), err))
+		} else {
+			vi.Signatures++
+		}
+	}
+	statements, err := verifier.VerifyAttestations(ctx, resolver, repo, desc.Digest)
+	if err != nil {
+		problem(err)
+		return vi, nil
+	}
+	var provenance, sboms int
+	for _, st := range statements {
+		switch st.PredicateType {
+		case "https://slsa.dev/provenance/v1":
+			var pred struct {
+				BuildDefinition struct {
+					ExternalParameters struct {
+						Source struct{ Commit string } `json:"source"`
+					} `json:"externalParameters"`
+				} `json:"buildDefinition"`
+			}
+			json.Unmarshal(st.Predicate, &pred)
+			if got := pred.BuildDefinition.ExternalParameters.Source.Commit; got != commit {
+				problem(fmt.Errorf("the provenance names commit %q; the tag %s is %s", got, p.Stamp.Version, commit))
+			}
+			provenance++
+		case image.SPDXPredicateType:
+			sboms++
+		}
+	}
+	if provenance != 1 || sboms != len(manifests) {
+		problem(fmt.Errorf("%d provenance and %d SBOM attestations verified; want 1 and one per platform (%d)", provenance, sboms, len(manifests)))
+	}
+	vi.Attestations = len(statements)
+	return vi, nil
+}
+
+// PullLayout reads an image index and everything it names from a registry
+// into an in-memory OCI layout.
+func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, index digest.Digest) (*verify.Layout, error) {
+	repo := sign.Repository(ref)
+	_, desc, err := resolver.Resolve(ctx, repo+"@"+index.String())
+	if err != nil {
+		return nil, fmt.Errorf("resolve %s@%s: %w", repo, index, err)
+	}
+	f, err := resolver.Fetcher(ctx, repo+"@"+index.String())
+	if err != nil {
+		return nil, err
+	}
+	blobs := map[string][]byte{}
+	var fetch func(d ocispec.Descriptor) error
+	fetch = func(d ocispec.Descriptor) error {
+		key := "blobs/" + d.Digest.Algorithm().String() + "/" + d.Digest.Encoded()
+		if _, ok := blobs[key]; ok {
+			return nil
+		}
+		data, err := readAny(ctx, f, d)
+		if err != nil {
+			return fmt.Errorf("pull %s %s: %w", repo, d.Digest, err)
+		}
+		blobs[key] = data
+		switch d.MediaType {
+		case ocispec.MediaTypeImageIndex, "application/vnd.docker.distribution.manifest.list.v2+json":
+			var idx ocispec.Index
+			if err := json.Unmarshal(data, &idx); err != nil {
+				return err
+			}
+			for _, m := range idx.Manifests {
+				if err := fetch(m); err != nil {
+					return err
+				}
+			}
+		case ocispec.MediaTypeImageManifest, "application/vnd.docker.distribution.manifest.v2+json":
+			var m ocispec.Manifest
+			if err := json.Unmarshal(data, &m); err != nil {
+				return err
+			}
+			for _, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+				if err := fetch(d); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := fetch(desc); err != nil {
+		return nil, err
+	}
+	top, _ := json.Marshal(ocispec.Index{Manifests: []ocispec.Descriptor{desc}})
+	blobs["index.json"] = top
+	return verify.LayoutFromBlobs(ref, blobs)
+}
+
+// readAny reads a blob of any size the registry holds, checking its digest.
+func readAny(ctx context.Context, f remotes.Fetcher, d ocispec.Descriptor) ([]byte, error) {
+	rc, err := f.Fetch(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	if digest.FromBytes(data) != d.Digest {
+		return nil, fmt.Errorf("content does not match its digest")
+	}
+	return data, nil
+}
+
+func git(dir string, args ...string) (string, error) {
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok && len(ee.Stderr) > 0 {
+			return "", fmt.Errorf("git %s: %s", strings.Join(args, " "), strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("git %s: %w", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
