@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -373,6 +374,7 @@ func (m *Managed) start(ctx context.Context) error {
 		"--containerd-worker=false",
 	}
 	cmd := exec.Command(m.Binary(), args...)
+	cmd.Env = daemonEnv(os.Environ())
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -383,6 +385,21 @@ func (m *Managed) start(ctx context.Context) error {
 		return err
 	}
 	return cmd.Process.Release()
+}
+
+// secretEnv are variables a long-lived daemon must not inherit from the
+// command that happened to start it (its /proc/PID/environ outlives it).
+var secretEnv = []string{"KILN_SIGNING_PASSWORD", "COSIGN_PASSWORD", "KILN_SIGNING_KEY", "KILN_GOCACHE_SIGNING_KEY"}
+
+func daemonEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains(secretEnv, name) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // Stop terminates the managed daemon and waits for it to exit.

@@ -2,6 +2,7 @@ package buildkit_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ func TestManagedDaemonStartsOnce(t *testing.T) {
 	m.Dir = dir
 	ctx := context.Background()
 	defer m.Stop(ctx)
+	// Whatever command starts the daemon, it does not inherit its secrets.
+	t.Setenv("KILN_SIGNING_PASSWORD", "release-password-value")
+	t.Setenv("COSIGN_PASSWORD", "release-password-value")
 
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -57,6 +61,10 @@ func TestManagedDaemonStartsOnce(t *testing.T) {
 	pid, running := m.Running()
 	if !running {
 		t.Fatal("managed daemon is not running after Ensure")
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil || strings.Contains(string(environ), "release-password-value") || !strings.Contains(string(environ), "PATH=") {
+		t.Errorf("the daemon's environment (%v) holds the signing password, or was not read", err)
 	}
 	// Each start appends to the log; two starts would leave two lines.
 	if n := strings.Count(string(log), "running server on"); n != 1 {

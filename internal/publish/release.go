@@ -144,6 +144,7 @@ func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary, sig
 	work := sum.AssetsDir + ".work"
 	os.RemoveAll(work)
 	if _, err := s.ExportFiles(ctx, "release assets", files, work); err != nil {
+		os.RemoveAll(work)
 		return err
 	}
 	var lines []string

@@ -174,6 +174,9 @@ func TestRelease(t *testing.T) {
 			json.Unmarshal(body, &index)
 			var plats []string
 			for _, m := range index.Manifests {
+				if m.Platform == nil {
+					t.Fatalf("%s: an index entry without a platform: %v", name, m)
+				}
 				plats = append(plats, m.Platform.OS+"/"+m.Platform.Architecture+suffix(m.Platform.Variant))
 				if out, err := cosign(t, "verify", "--key", pub, "--insecure-ignore-tlog", reg.Addr+"/"+name+"@"+m.Digest.String()); err != nil {
 					t.Errorf("%s %s: cosign verify of the platform manifest: %v\n%s", name, m.Platform.Architecture, err, out)
@@ -254,6 +257,7 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
+	resolver := buildkit.Resolver(true, buildkit.Credentials())
 	vopts := publish.VerifyReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Version: version, PublicKey: pub}
 	vo, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, vopts)
 	if err != nil {
@@ -281,18 +285,60 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, otherIndex, _ := reg.Manifest("antrea/antrea-agent", pushed[0].Digest)
-	_, mediaType, released, _ := reg.Manifest("antrea/antrea-agent", version)
+	_, _, otherIndex, err := reg.Manifest("antrea/antrea-agent", pushed[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, mediaType, released, err := reg.Manifest("antrea/antrea-agent", version)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var idx, otherIdx ocispec.Index
 	json.Unmarshal(released, &idx)
 	json.Unmarshal(otherIndex, &otherIdx)
-	for i, m := range idx.Manifests {
-		if m.Platform.Architecture == "arm64" {
-			idx.Manifests[i] = otherIdx.Manifests[0]
-		}
+	if len(otherIdx.Manifests) != 1 || len(idx.Manifests) != 3 {
+		t.Fatalf("indexes of %d and %d manifests", len(otherIdx.Manifests), len(idx.Manifests))
 	}
+	idx.Manifests[1] = otherIdx.Manifests[0] // linux/arm64
 	tampered, _ := json.Marshal(idx)
 	reg.PutManifest(t, "antrea/antrea-agent", version, mediaType, tampered)
+
+	// The controller keeps its images, but its amd64 signature is another
+	// key's and its provenance, signed with the right key, names another
+	// commit.
+	controllerRepo := reg.Addr + "/antrea/antrea-controller"
+	_, _, controllerIndex, err := reg.Manifest("antrea/antrea-controller", version)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cidx ocispec.Index
+	json.Unmarshal(controllerIndex, &cidx)
+	otherSigner, err := sign.LoadKey(filepath.Join(other, "cosign.key"), []byte("other-pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := otherSigner.SignatureLayer(controllerRepo, cidx.Manifests[0].Digest)
+	if err := sign.Attach(ctx, resolver, controllerRepo, cidx.Manifests[0].Digest, "sig", []sign.Layer{foreign}); err != nil {
+		t.Fatal(err)
+	}
+	signer, err := sign.LoadKey(filepath.Join(keys, "cosign.key"), []byte("release-pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cdigest := digest.FromBytes(controllerIndex)
+	atts, err := sign.Fetch(ctx, resolver, controllerRepo, cdigest, "att")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := signer.Verifier().OpenEnvelope(atts[0].Data)
+	if err != nil || !bytes.Contains(st, []byte(first.Commit)) {
+		t.Fatalf("the controller's first attestation is not its provenance: %v", err)
+	}
+	lie, _ := signer.AttestationLayer(bytes.ReplaceAll(st, []byte(first.Commit), []byte(strings.Repeat("0", 40))), "https://slsa.dev/provenance/v1")
+	atts[0] = lie
+	if err := sign.Attach(ctx, resolver, controllerRepo, cdigest, "att", atts); err != nil {
+		t.Fatal(err)
+	}
 
 	vo, err = publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, vopts)
 	if err != nil {
@@ -305,18 +351,23 @@ func TestRelease(t *testing.T) {
 	if len(agent.Problems) == 0 || !strings.Contains(strings.Join(agent.Problems, "\n"), "no signature") {
 		t.Errorf("the tampered index's signatures: %v", agent.Problems)
 	}
-	if controller.Digest != controller.Rebuilt || len(controller.Problems) > 0 {
-		t.Errorf("the untouched controller: %+v", controller)
+	problems := strings.Join(controller.Problems, "\n")
+	if controller.Digest != controller.Rebuilt || !strings.Contains(problems, "linux/amd64: ") || !strings.Contains(problems, "no signature") ||
+		!strings.Contains(problems, "provenance names commit \""+strings.Repeat("0", 40)) {
+		t.Errorf("the controller, identical but signed with another key and attested with another commit: %+v", controller)
 	}
 	var located bool
 	for _, d := range vo.Differences {
 		located = located || d.Platform == "linux/arm64" && strings.Contains(d.Path, "usr/local/bin/antrea-agent")
-		if d.Platform != "linux/arm64" {
+		if d.Platform != "linux/arm64" && d.Where != "index" {
 			t.Errorf("a difference outside the replaced platform: %s", d)
 		}
 	}
 	if !located {
 		t.Errorf("the differences do not name the agent binary of linux/arm64: %v", vo.Differences)
+	}
+	for _, d := range vo.Differences {
+		t.Logf("located: %s", d)
 	}
 }
 

@@ -74,7 +74,7 @@ func (o *VerifyReleaseOutcome) OK() bool {
 // the signatures of every index and platform manifest and the provenance
 // and SBOM attestations with the public key, and that the provenance names
 // the tag's commit; then it checks out that commit into a temporary
-// worktree, rebuilds every image for every release platform in isolation
+// clone, rebuilds every image for every release platform in isolation
 // (as verify:repro does) and compares the indexes, locating any difference
 // down to the file and ELF section.
 func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseOptions) (*VerifyReleaseOutcome, error) {
@@ -117,11 +117,16 @@ func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseO
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	// A clone, not a worktree: nothing is written into the user's .git (an
+	// interrupted run leaves only the temporary folder), and none of their
+	// hooks runs. It carries the tags, so git describe stamps the same.
 	src := filepath.Join(tmp, "src")
-	if _, err := git(root, "worktree", "add", "--detach", "--quiet", src, commit); err != nil {
+	if _, err := git(root, "-c", "core.hooksPath=/dev/null", "clone", "--quiet", "--shared", "--no-checkout", root, src); err != nil {
 		return nil, fmt.Errorf("check out %s (%s): %w", vopts.Version, commit, err)
 	}
-	defer git(root, "worktree", "remove", "--force", src)
+	if _, err := git(src, "-c", "core.hooksPath=/dev/null", "checkout", "--quiet", "--detach", commit); err != nil {
+		return nil, fmt.Errorf("check out %s (%s): %w", vopts.Version, commit, err)
+	}
 
 	opts.Root, opts.OutDir = src, filepath.Join(tmp, "out")
 	opts.Stamp, opts.Release, opts.TrustCaches = true, true, false
@@ -190,11 +195,21 @@ func checkPublished(ctx context.Context, resolver remotes.Resolver, verifier *si
 		return nil, err
 	}
 	for _, m := range manifests {
-		vi.Platforms = append(vi.Platforms, config.FormatPlatform(*m.Platform))
+		platform := config.FormatPlatform(*m.Platform)
+		vi.Platforms = append(vi.Platforms, platform)
 		if err := verifier.VerifyImage(ctx, resolver, repo, m.Digest); err != nil {
-			problem(fmt.Errorf("%s: %w", config.FormatPlatform(*m.Platform), err))
+			problem(fmt.Errorf("%s: %w", platform, err))
 		} else {
 			vi.Signatures++
+		}
+		// Each platform manifest carries the provenance and its own SBOM.
+		statements, err := verifier.VerifyAttestations(ctx, resolver, repo, m.Digest)
+		if err != nil {
+			problem(fmt.Errorf("%s: %w", platform, err))
+			continue
+		}
+		for _, err := range checkStatements(statements, []digest.Digest{m.Digest}, commit, p.Stamp.Version) {
+			problem(fmt.Errorf("%s: %w", platform, err))
 		}
 	}
 	statements, err := verifier.VerifyAttestations(ctx, resolver, repo, desc.Digest)
@@ -202,32 +217,68 @@ func checkPublished(ctx context.Context, resolver remotes.Resolver, verifier *si
 		problem(err)
 		return vi, nil
 	}
-	var provenance, sboms int
-	for _, st := range statements {
-		switch st.PredicateType {
-		case "https://slsa.dev/provenance/v1":
-			var pred struct {
-				BuildDefinition struct {
-					ExternalParameters struct {
-						Source struct{ Commit string } `json:"source"`
-					} `json:"externalParameters"`
-				} `json:"buildDefinition"`
-			}
-			json.Unmarshal(st.Predicate, &pred)
-			if got := pred.BuildDefinition.ExternalParameters.Source.Commit; got != commit {
-				problem(fmt.Errorf("the provenance names commit %q; the tag %s is %s", got, p.Stamp.Version, commit))
-			}
-			provenance++
-		case image.SPDXPredicateType:
-			sboms++
-		}
+	var platformDigests []digest.Digest
+	for _, m := range manifests {
+		platformDigests = append(platformDigests, m.Digest)
 	}
-	if provenance != 1 || sboms != len(manifests) {
-		problem(fmt.Errorf("%d provenance and %d SBOM attestations verified; want 1 and one per platform (%d)", provenance, sboms, len(manifests)))
+	for _, err := range checkStatements(statements, platformDigests, commit, p.Stamp.Version) {
+		problem(err)
 	}
 	vi.Attestations = len(statements)
 	return vi, nil
 }
+
+// checkStatements checks verified statements: one provenance of a clean
+// tree at commit, and one SBOM for each platform manifest.
+func checkStatements(statements []sign.Statement, platforms []digest.Digest, commit, version string) []error {
+	var errs []error
+	var provenance int
+	sbomOf := map[digest.Digest]int{}
+	for _, st := range statements {
+		switch st.PredicateType {
+		case "https://slsa.dev/provenance/v1":
+			provenance++
+			var pred struct {
+				BuildDefinition struct {
+					ExternalParameters struct {
+						Source struct{ Commit, TreeState string } `json:"source"`
+					} `json:"externalParameters"`
+				} `json:"buildDefinition"`
+			}
+			if err := json.Unmarshal(st.Predicate, &pred); err != nil {
+				errs = append(errs, fmt.Errorf("the provenance is not SLSA v1: %w", err))
+				continue
+			}
+			src := pred.BuildDefinition.ExternalParameters.Source
+			if src.Commit != commit || src.TreeState != "clean" {
+				errs = append(errs, fmt.Errorf("the provenance names commit %q, tree %q; the tag %s is %s, clean", src.Commit, src.TreeState, version, commit))
+			}
+		case image.SPDXPredicateType:
+			for _, s := range st.Subject {
+				for _, d := range platforms {
+					if s.Digest[d.Algorithm().String()] == d.Encoded() {
+						sbomOf[d]++
+					}
+				}
+			}
+		}
+	}
+	if provenance != 1 {
+		errs = append(errs, fmt.Errorf("%d provenance attestations verified; want 1", provenance))
+	}
+	for _, d := range platforms {
+		if sbomOf[d] != 1 {
+			errs = append(errs, fmt.Errorf("%d SBOM attestations of platform manifest %s verified; want 1", sbomOf[d], d))
+		}
+	}
+	return errs
+}
+
+// Bounds of an image PullLayout reads.
+const (
+	maxPulledImage = 4 << 30
+	maxPulledBlobs = 4096
+)
 
 // PullLayout reads an image index and everything it names from a registry
 // into an in-memory OCI layout.
@@ -242,11 +293,17 @@ func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, inde
 		return nil, err
 	}
 	blobs := map[string][]byte{}
+	var total int64
 	var fetch func(d ocispec.Descriptor) error
 	fetch = func(d ocispec.Descriptor) error {
 		key := "blobs/" + d.Digest.Algorithm().String() + "/" + d.Digest.Encoded()
 		if _, ok := blobs[key]; ok {
 			return nil
+		}
+		// The registry is the party under test: what it names is read only
+		// within bounds.
+		if total += d.Size; d.Size < 0 || total > maxPulledImage || len(blobs) >= maxPulledBlobs {
+			return fmt.Errorf("pull %s: the image is larger than kiln compares (%d bytes or %d blobs at most)", repo, int64(maxPulledImage), maxPulledBlobs)
 		}
 		data, err := readAny(ctx, f, d)
 		if err != nil {
@@ -292,11 +349,11 @@ func readAny(ctx context.Context, f remotes.Fetcher, d ocispec.Descriptor) ([]by
 		return nil, err
 	}
 	defer rc.Close()
-	data, err := io.ReadAll(rc)
+	data, err := io.ReadAll(io.LimitReader(rc, d.Size+1))
 	if err != nil {
 		return nil, err
 	}
-	if digest.FromBytes(data) != d.Digest {
+	if int64(len(data)) != d.Size || digest.FromBytes(data) != d.Digest {
 		return nil, fmt.Errorf("content does not match its digest")
 	}
 	return data, nil

@@ -18,6 +18,9 @@ import (
 // registry is not trusted to be small.
 const maxObject = 64 << 20
 
+// maxLayers bounds the signatures or attestations of one digest.
+const maxLayers = 64
+
 // Layer is one signature or attestation in a .sig or .att manifest.
 type Layer struct {
 	MediaType   string
@@ -120,6 +123,9 @@ func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, su
 	var m ocispec.Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
 		return nil, fmt.Errorf("%s: not an image manifest: %w", ref, err)
+	}
+	if len(m.Layers) > maxLayers {
+		return nil, fmt.Errorf("%s holds %d layers; kiln reads at most %d", ref, len(m.Layers), maxLayers)
 	}
 	var out []Layer
 	for _, l := range m.Layers {

@@ -204,6 +204,9 @@ func (v *Verifier) OpenEnvelope(data []byte) ([]byte, error) {
 		return nil, fmt.Errorf("payload is not base64: %w", err)
 	}
 	pae := dsse.PAE(InTotoPayloadType, statement)
+	if len(env.Signatures) > 16 {
+		return nil, fmt.Errorf("the envelope holds %d signatures; kiln checks at most 16", len(env.Signatures))
+	}
 	for _, s := range env.Signatures {
 		if v.Verify(pae, s.Sig) == nil {
 			return statement, nil
