@@ -207,11 +207,12 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 //	-runs=N                        warm and incremental runs (default 3)
 //	-module=DIR                    bench another module, with -packages=./cmd/a,./cmd/b
 //	-module=modcache:PATH@VERSION  a module copied from the module cache
+//	-vendor                        vendor that copy first (go mod vendor)
 //	-platforms                     as for images
 //	-registry=HOST[:PORT]          for the fresh-daemon scenarios (default REGISTRY,
 //	                               else a docker-registry started on loopback)
 //	-compare=OLD.json,NEW.json     compare two reports instead
-func Bench(ctx context.Context, runs *int, module *string, packages *string, platforms *string, compare *string, registry *string) error {
+func Bench(ctx context.Context, runs *int, module *string, packages *string, vendor *bool, platforms *string, compare *string, registry *string) error {
 	cli.Logging()
 	if compare != nil {
 		files := strings.Split(*compare, ",")
@@ -227,7 +228,7 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, pla
 	if module != nil {
 		dir := *module
 		if mod, ok := strings.CutPrefix(dir, "modcache:"); ok {
-			copyDir, cleanup, err := bench.CopyFromModuleCache(ctx, mod)
+			copyDir, cleanup, err := bench.CopyFromModuleCache(ctx, mod, cli.Bool(vendor))
 			if err != nil {
 				return err
 			}

@@ -267,7 +267,7 @@ source: https://example.com/antrea
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, row := range []string{"| kiln cold |", "| kiln warm no-op |", "| kiln incremental, shared |"} {
+	for _, row := range []string{"| kiln cold |", "| kiln warm no-op |", "| kiln incremental, shared |", "Module download in the cold scenarios: in both: 1 modules"} {
 		if !strings.Contains(string(report), row) {
 			t.Errorf("the adopter's bench report has no %q row", row)
 		}

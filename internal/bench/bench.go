@@ -94,7 +94,11 @@ type Report struct {
 	Platforms []string  `json:"platforms"`
 	// OneBinaryEdit and SharedEdit are the packages the incremental
 	// scenarios edit.
-	OneBinaryEdit string     `json:"oneBinaryEdit"`
+	// ModuleDownload says whether the cold scenarios download modules:
+	// in both (native from an empty GOMODCACHE, kiln from empty cache
+	// mounts) or in neither (vendored, or the standard library only).
+	ModuleDownload string `json:"moduleDownload"`
+	OneBinaryEdit  string `json:"oneBinaryEdit"`
 	SharedEdit    string     `json:"sharedEdit"`
 	Scenarios     []Scenario `json:"scenarios"`
 	// CgoSplitRatio is the cgo-split build time over the uniform one, with
@@ -142,8 +146,9 @@ type runner struct {
 	steps   int
 	log     io.Writer
 	// nativeCache is the GOCACHE the native scenarios share, filled by the
-	// cold one.
-	nativeCache string
+	// cold one; nativeModCache their GOMODCACHE, empty before it, when the
+	// build downloads modules at all.
+	nativeCache, nativeModCache string
 	// registry holds the caches of the fresh-daemon scenarios; "" skips them.
 	registry string
 }
@@ -189,6 +194,9 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		if r.nativeCache != "" {
 			os.RemoveAll(r.nativeCache)
 		}
+		if r.nativeModCache != "" {
+			os.RemoveAll(r.nativeModCache) // written with -modcacherw
+		}
 	}()
 
 	d, err := buildkit.Connect(ctx, kilnRoot)
@@ -210,6 +218,14 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 	defer stopRegistry()
 	r.registry = registry
 	r.report.OneBinaryEdit, r.report.SharedEdit = pickEdits(p)
+	switch {
+	case p.ModMode == "vendor":
+		r.report.ModuleDownload = "in neither: modules come from vendor/"
+	case len(p.Modules) == 0:
+		r.report.ModuleDownload = "in neither: the standard library only"
+	default:
+		r.report.ModuleDownload = fmt.Sprintf("in both: %d modules; native cold starts from an empty GOMODCACHE, kiln cold from empty cache mounts", len(p.Modules))
+	}
 
 	scenarios := []func(context.Context) error{
 		r.nativeCold, r.nativeWarm, r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), r.nativeIncremental(NativeShared, r.report.SharedEdit),
@@ -270,7 +286,10 @@ func stats(ds []time.Duration) (median, lo, hi time.Duration) {
 // environment kiln uses, for one target platform.
 func (r *runner) goEnv(gocache string, target string, cgo string) []string {
 	env := os.Environ()
-	env = append(env, "GOCACHE="+gocache, "CGO_ENABLED="+cgo, "GOFLAGS=-mod=readonly", "GOWORK=off")
+	env = append(env, "GOCACHE="+gocache, "CGO_ENABLED="+cgo, "GOFLAGS=-modcacherw -mod="+r.plan.ModMode, "GOWORK=off")
+	if r.nativeModCache != "" {
+		env = append(env, "GOMODCACHE="+r.nativeModCache)
+	}
 	plat, _ := config.ParsePlatform(target)
 	return append(env, plan.TargetEnv(plat)...)
 }
@@ -311,12 +330,23 @@ func (r *runner) nativeCold(ctx context.Context) error {
 		return err
 	}
 	r.nativeCache = dir
+	// Cold means modules too: kiln's cold build starts from empty cache
+	// mounts and downloads them, so the native one downloads them as well.
+	if len(r.plan.Modules) > 0 {
+		if r.nativeModCache, err = os.MkdirTemp("", "kiln-bench-gomodcache-"); err != nil {
+			return err
+		}
+	}
 	r.progress(NativeCold, 1, 1)
 	s, err := r.nativeBuild(ctx, dir)
 	if err != nil {
 		return err
 	}
-	r.add(Scenario{Name: NativeCold, Kind: "native", Description: "go build on the host, empty GOCACHE", GoCache: dirSize(dir)}, []sample{s})
+	desc := "go build on the host, empty GOCACHE"
+	if r.nativeModCache != "" {
+		desc += " and GOMODCACHE"
+	}
+	r.add(Scenario{Name: NativeCold, Kind: "native", Description: desc, GoCache: dirSize(dir)}, []sample{s})
 	return nil
 }
 
@@ -699,9 +729,10 @@ func (e *editor) restore() error {
 
 // CopyFromModuleCache copies a module version from the Go module cache
 // (downloading it first if needed) into a temporary, writable directory, so
-// a large real module can be benchmarked without committing it. The
-// returned function removes the copy.
-func CopyFromModuleCache(ctx context.Context, modVersion string) (string, func(), error) {
+// a large real module can be benchmarked without committing it; vendor
+// runs go mod vendor in the copy (the vendored variant). The returned
+// function removes the copy.
+func CopyFromModuleCache(ctx context.Context, modVersion string, vendor bool) (string, func(), error) {
 	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", modVersion).Output()
 	if err != nil {
 		return "", nil, fmt.Errorf("go mod download %s: %w", modVersion, err)
@@ -736,6 +767,15 @@ func CopyFromModuleCache(ctx context.Context, modVersion string) (string, func()
 	if err != nil {
 		cleanup()
 		return "", nil, err
+	}
+	if vendor {
+		cmd := exec.CommandContext(ctx, "go", "mod", "vendor")
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			cleanup()
+			return "", nil, fmt.Errorf("go mod vendor in the copy of %s: %v\n%s", modVersion, err, out)
+		}
 	}
 	return dir, cleanup, nil
 }

@@ -117,6 +117,9 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	if s := fromDisk.Scenario(bench.KilnFreshLayers); slices.Contains(s.StepsRan, "[alpha linux/amd64] go build") && !slices.Contains(s.StepsRan, "[linux/amd64] compile packages") {
 		t.Errorf("fresh daemon with the layer cache: steps that ran: %v", s.StepsRan)
 	}
+	if fromDisk.ModuleDownload != "in neither: the standard library only" {
+		t.Errorf("module download: %q", fromDisk.ModuleDownload)
+	}
 	if fromDisk.CgoSplitRatio <= 0 {
 		t.Error("no cgo split ratio")
 	}

@@ -113,6 +113,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "# kiln bench, %s\n\n", r.Date.Format(time.RFC3339))
 	fmt.Fprintf(w, "Module `%s`: %s for %s. Machine: %d cores, %s; host %s, toolchain %s, BuildKit %s, kiln %.12s.\n\n",
 		r.Module, strings.Join(r.Binaries, ", "), strings.Join(r.Platforms, ", "), m.Cores, config.FormatSize(m.Memory), m.HostGo, m.Toolchain, m.BuildKit, m.KilnCommit)
+	if r.ModuleDownload != "" {
+		fmt.Fprintf(w, "Module download in the cold scenarios: %s.\n\n", r.ModuleDownload)
+	}
 	fmt.Fprintf(w, "Incremental edits: one binary `%s`, shared `%s`.\n\n", r.OneBinaryEdit, r.SharedEdit)
 	fmt.Fprintln(w, "| scenario | median | min | max | CPU | peak memory | Go cache | steps ran | vs baseline |")
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
