@@ -157,7 +157,7 @@ type Release mg.Namespace
 //
 // Checks every index and platform manifest signature, the SLSA provenance
 // (naming the tag's commit) and SBOM attestations with the public key; then
-// checks out the tag's commit into a temporary worktree, rebuilds every image
+// checks out the tag's commit into a temporary clone, rebuilds every image
 // for every release platform in isolation and compares each with the
 // registry's, locating any difference (image, platform, layer, file, ELF
 // section). Exits non-zero unless all is identical and verified.
