@@ -97,10 +97,10 @@ type Report struct {
 	// ModuleDownload says whether the cold scenarios download modules:
 	// in both (native from an empty GOMODCACHE, kiln from empty cache
 	// mounts) or in neither (vendored, or the standard library only).
-	ModuleDownload string `json:"moduleDownload"`
-	OneBinaryEdit  string `json:"oneBinaryEdit"`
-	SharedEdit    string     `json:"sharedEdit"`
-	Scenarios     []Scenario `json:"scenarios"`
+	ModuleDownload string     `json:"moduleDownload"`
+	OneBinaryEdit  string     `json:"oneBinaryEdit"`
+	SharedEdit     string     `json:"sharedEdit"`
+	Scenarios      []Scenario `json:"scenarios"`
 	// CgoSplitRatio is the cgo-split build time over the uniform one, with
 	// the seed's measurement beside it.
 	CgoSplitRatio float64 `json:"cgoSplitRatio"`
