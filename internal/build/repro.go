@@ -44,14 +44,11 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 		return nil, fmt.Errorf("first build: %w", err)
 	}
 
-	if err := s.pruneReproCache(ctx); err != nil {
+	second, cleanup, err := s.isolated(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.pruneReproCache(context.WithoutCancel(ctx))
-	isolated := *s.Plan
-	isolated.Cache.GoCache = reproCache
-	second := &Session{Graph: image.NewGraphFrom(&isolated, s.Golang.Context, s.Golang.Toolchain, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
-	second.NoCache = true
+	defer cleanup()
 	opts2 := opts
 	opts2.OutDir, opts2.SkipChecks = filepath.Join(tmp, "second"), true
 	b, err := second.images(ctx, opts2)
@@ -77,6 +74,19 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 	return out, nil
 }
 
+// isolated is a session on the same daemon that re-runs every step on an
+// empty Go build cache of its own; cleanup empties that cache again.
+func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
+	if err := s.pruneReproCache(ctx); err != nil {
+		return nil, nil, err
+	}
+	plan := *s.Plan
+	plan.Cache.GoCache = reproCache
+	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
+	iso.NoCache = true
+	return iso, func() { s.pruneReproCache(context.WithoutCancel(ctx)) }, nil
+}
+
 func (s *Session) pruneReproCache(ctx context.Context) error {
 	filter := client.WithFilter([]string{"type==" + string(client.UsageRecordTypeCacheMount) + ",description~=" + reproCache})
 	if err := s.daemon.Prune(ctx, nil, filter, client.PruneAll); err != nil {
@@ -95,14 +105,11 @@ func Rebuild(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		return nil, err
 	}
 	defer s.Close()
-	if err := s.pruneReproCache(ctx); err != nil {
+	rebuild, cleanup, err := s.isolated(ctx)
+	if err != nil {
 		return nil, err
 	}
-	defer s.pruneReproCache(context.WithoutCancel(ctx))
-	isolated := *s.Plan
-	isolated.Cache.GoCache = reproCache
-	rebuild := &Session{Graph: image.NewGraphFrom(&isolated, s.Golang.Context, s.Golang.Toolchain, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
-	rebuild.NoCache = true
+	defer cleanup()
 	opts.SkipChecks = true
 	return rebuild.images(ctx, opts)
 }
