@@ -186,19 +186,41 @@ func (g *Graph) downloadModules() llb.State {
 	fetched := g.fetchBase().Run(append(append([]llb.RunOption{}, common...), fetch...)...)
 
 	const cached = "/cache/mod"
-	layer := g.base().Run(append(append([]llb.RunOption{}, common...),
+	layerOpts := append([]llb.RunOption{}, common...)
+	// The fetch step's cache record can outlive the cache mount it filled
+	// (a daemon killed mid-build): the layer then takes what the mount lacks
+	// from the fetch step's proxies, still checked against go.sum. Nothing
+	// else of the fetch environment comes along: GOPRIVATE would send
+	// private modules past the mount to a direct fetch this step cannot do.
+	proxy, network := "file://"+cached+"/cache/download", llb.NetModeNone
+	if !g.Fetch.Offline {
+		network = llb.NetModeSandbox
+		proxy += "|" + fetchProxy(g.Fetch.Env)
+		layerOpts = append(layerOpts, llb.AddEnv("SSL_CERT_FILE", caDir+"/"+CABundle), llb.AddMount(caDir, certs, llb.Readonly))
+	}
+	layer := g.base().Run(append(layerOpts,
 		llb.AddEnv("GOMODCACHE", goModCache),
-		llb.AddEnv("GOPROXY", "file://"+cached+"/cache/download"),
+		llb.AddEnv("GOPROXY", proxy),
 		llb.AddEnv("GOSUMDB", "off"),
 		llb.AddEnv("GOFLAGS", "-modcacherw"),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		// Depend on the fetch step, then read the cache it filled.
 		llb.AddMount("/fetched", fetched.Root(), llb.Readonly),
 		llb.AddMount(cached, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared), llb.Readonly),
-		llb.Network(llb.NetModeNone),
+		llb.Network(network),
 		llb.WithCustomName("[go] module layer"),
 	)...)
 	return layer.AddMount(goModCache, llb.Scratch())
+}
+
+// fetchProxy is the GOPROXY of the download step, Go's default when unset.
+func fetchProxy(env []string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "GOPROXY="); ok && v != "" {
+			return v
+		}
+	}
+	return "https://proxy.golang.org,direct"
 }
 
 // Sources is one binary's source files alone, so an edit elsewhere in the
