@@ -1,9 +1,10 @@
 // Package image owns the LLB assembly of images: the graph of a plan (the
 // compile and link steps of package golang, shared by every image that
 // carries a binary), the root filesystem of one image for one platform
-// (scratch, a generated user database, /tmp and the binaries), its OCI
-// config, the SBOM attestation, the multi-platform gateway result and the
-// exporter attributes that make it reproducible.
+// (scratch, a generated user database, /tmp and the binaries, or a base
+// plus the binaries), its OCI config, the SPDX SBOM of its binaries, the
+// multi-platform gateway result and the exporter attributes that make it
+// reproducible.
 package image
 
 import (
