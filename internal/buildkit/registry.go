@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/containerd/log"
 	"github.com/distribution/reference"
@@ -179,4 +182,26 @@ func Credentials() func(host string) (string, string, error) {
 		}
 		return a.Username, a.Password, nil
 	}
+}
+
+// ReadBlob fetches a descriptor's content, at most max bytes, and checks it
+// against the descriptor's size and digest: a registry is trusted to be
+// neither small nor honest.
+func ReadBlob(ctx context.Context, f remotes.Fetcher, desc ocispec.Descriptor, max int64) ([]byte, error) {
+	if desc.Size > max {
+		return nil, fmt.Errorf("%s is %d bytes; more than kiln reads here (%d)", desc.Digest, desc.Size, max)
+	}
+	rc, err := f.Fetch(ctx, desc)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != desc.Size || digest.FromBytes(data) != desc.Digest {
+		return nil, fmt.Errorf("content of %s does not match its descriptor", desc.Digest)
+	}
+	return data, nil
 }

@@ -26,7 +26,6 @@ import (
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/errdefs"
-	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
@@ -148,7 +147,7 @@ func Fetch(ctx context.Context, repo string, tags []string, cacheDir string, opt
 // returns its single layer.
 func snapshotLayer(ctx context.Context, f remotes.Fetcher, desc ocispec.Descriptor) (ocispec.Descriptor, error) {
 	for range 2 {
-		dt, err := readVerified(ctx, f, desc, 4<<20)
+		dt, err := buildkit.ReadBlob(ctx, f, desc, 4<<20)
 		if err != nil {
 			return ocispec.Descriptor{}, err
 		}
@@ -170,22 +169,6 @@ func snapshotLayer(ctx context.Context, f remotes.Fetcher, desc ocispec.Descript
 		return m.Layers[0], nil
 	}
 	return ocispec.Descriptor{}, fmt.Errorf("index %s nests indexes; not a Go cache snapshot", desc.Digest)
-}
-
-func readVerified(ctx context.Context, f remotes.Fetcher, desc ocispec.Descriptor, max int64) ([]byte, error) {
-	rc, err := f.Fetch(ctx, desc)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	dt, err := io.ReadAll(io.LimitReader(rc, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(dt)) > max || digest.FromBytes(dt) != desc.Digest {
-		return nil, fmt.Errorf("blob %s does not match its digest", desc.Digest)
-	}
-	return dt, nil
 }
 
 // download unpacks the layer into cacheDir/gocache/<digest>, checking the

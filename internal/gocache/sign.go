@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -49,7 +50,7 @@ func verifySignature(ctx context.Context, resolver remotes.Resolver, ref string,
 	if err != nil {
 		return fmt.Errorf("%s: %w", sigRef, err)
 	}
-	blob, err := readVerified(ctx, fetcher, sigLayer, 1<<20)
+	blob, err := buildkit.ReadBlob(ctx, fetcher, sigLayer, 1<<20)
 	if err != nil {
 		return fmt.Errorf("%s: %w", sigRef, err)
 	}

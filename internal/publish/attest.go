@@ -210,7 +210,7 @@ func platformManifests(ctx context.Context, resolver remotes.Resolver, repo stri
 	if err != nil {
 		return nil, err
 	}
-	data, err := sign.ReadBlob(ctx, f, desc)
+	data, err := buildkit.ReadBlob(ctx, f, desc, 4<<20)
 	if err != nil {
 		return nil, fmt.Errorf("read back %s: %w", ref, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -305,7 +304,7 @@ func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, inde
 		if total += d.Size; d.Size < 0 || total > maxPulledImage || len(blobs) >= maxPulledBlobs {
 			return fmt.Errorf("pull %s: the image is larger than kiln compares (%d bytes or %d blobs at most)", repo, int64(maxPulledImage), maxPulledBlobs)
 		}
-		data, err := readAny(ctx, f, d)
+		data, err := buildkit.ReadBlob(ctx, f, d, maxPulledImage)
 		if err != nil {
 			return fmt.Errorf("pull %s %s: %w", repo, d.Digest, err)
 		}
@@ -340,23 +339,6 @@ func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, inde
 	top, _ := json.Marshal(ocispec.Index{Manifests: []ocispec.Descriptor{desc}})
 	blobs["index.json"] = top
 	return verify.LayoutFromBlobs(ref, blobs)
-}
-
-// readAny reads a blob of any size the registry holds, checking its digest.
-func readAny(ctx context.Context, f remotes.Fetcher, d ocispec.Descriptor) ([]byte, error) {
-	rc, err := f.Fetch(ctx, d)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, d.Size+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(data)) != d.Size || digest.FromBytes(data) != d.Digest {
-		return nil, fmt.Errorf("content does not match its digest")
-	}
-	return data, nil
 }
 
 func git(dir string, args ...string) (string, error) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/remotes"
@@ -12,6 +11,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // maxObject bounds what is read of a signature or attestation object: a
@@ -116,7 +117,7 @@ func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, su
 	if err != nil {
 		return nil, err
 	}
-	data, err := ReadBlob(ctx, fetcher, desc)
+	data, err := buildkit.ReadBlob(ctx, fetcher, desc, maxObject)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
@@ -129,33 +130,13 @@ func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, su
 	}
 	var out []Layer
 	for _, l := range m.Layers {
-		data, err := ReadBlob(ctx, fetcher, l)
+		data, err := buildkit.ReadBlob(ctx, fetcher, l, maxObject)
 		if err != nil {
 			return nil, fmt.Errorf("%s: layer %s: %w", ref, l.Digest, err)
 		}
 		out = append(out, Layer{MediaType: l.MediaType, Data: data, Annotations: l.Annotations})
 	}
 	return out, nil
-}
-
-// ReadBlob fetches a descriptor's content and checks its digest.
-func ReadBlob(ctx context.Context, f remotes.Fetcher, desc ocispec.Descriptor) ([]byte, error) {
-	if desc.Size > maxObject {
-		return nil, fmt.Errorf("%s is %d bytes; more than kiln reads (%d)", desc.Digest, desc.Size, maxObject)
-	}
-	rc, err := f.Fetch(ctx, desc)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, maxObject+1))
-	if err != nil {
-		return nil, err
-	}
-	if digest.FromBytes(data) != desc.Digest {
-		return nil, fmt.Errorf("content of %s does not match its digest", desc.Digest)
-	}
-	return data, nil
 }
 
 // VerifyImage checks that a signature of subject in repository verifies
