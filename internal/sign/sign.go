@@ -89,15 +89,6 @@ func GenerateKeyPair(password []byte) (private, public []byte, err error) {
 	return cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(password))
 }
 
-// PublicKey is the PEM public key of the signer (cosign.pub).
-func (s *Signer) PublicKey() ([]byte, error) {
-	pub, err := s.sv.PublicKey()
-	if err != nil {
-		return nil, err
-	}
-	return cryptoutils.MarshalPublicKeyToPEM(pub)
-}
-
 // Sign returns the base64 ECDSA signature of data, as cosign sign-blob
 // writes it.
 func (s *Signer) Sign(data []byte) (string, error) {
