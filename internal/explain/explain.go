@@ -35,9 +35,9 @@ type Record struct {
 
 // Collect computes the inputs of every compile and image step of a plan.
 // The names match the vertex names the LLB stage gives those steps; defs maps
-// those names to the digests of their LLB definitions, so a change in how
-// kiln builds a step is named too.
-func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
+// those names to the digests of their LLB definitions and of the named steps
+// they depend on, so a change in how kiln builds a step is named too.
+func Collect(p *plan.Plan, defs map[string]map[string]string) (Inputs, error) {
 	in := Inputs{}
 	hashes := map[string]string{}
 	hash := func(rel string) (string, error) {
@@ -91,12 +91,13 @@ func Collect(p *plan.Plan, defs map[string]string) (Inputs, error) {
 		}
 	}
 	for name, step := range in {
-		if d, ok := defs[name]; ok {
-			step["step definition"] = d
-		}
+		maps.Copy(step, defs[name])
 	}
 	return in, nil
 }
+
+// isPart is an input naming one step of a step's definition.
+func isPart(input string) bool { return strings.HasPrefix(input, "definition of ") }
 
 func short(data []byte) string {
 	sum := sha256.Sum256(data)
@@ -135,20 +136,32 @@ func causes(now map[string]string, prev *Record, step string) []string {
 	if !ok {
 		return []string{"new step"}
 	}
+	// Records from before kiln named the steps a definition is made of
+	// would otherwise list every one of them as added.
+	partsRecorded := slices.ContainsFunc(slices.Collect(maps.Keys(before)), isPart)
 	var out []string
+	namedPart := false
 	for _, k := range slices.Sorted(maps.Keys(now)) {
 		old, had := before[k]
 		switch {
-		case !had:
+		case !had && (partsRecorded || !isPart(k)):
 			out = append(out, k+" added")
-		case old != now[k]:
+		case had && old != now[k]:
 			out = append(out, k+" changed")
+		default:
+			continue
 		}
+		namedPart = namedPart || isPart(k)
 	}
 	for _, k := range slices.Sorted(maps.Keys(before)) {
-		if _, ok := now[k]; !ok {
+		if _, ok := now[k]; !ok && (partsRecorded || !isPart(k)) {
 			out = append(out, k+" removed")
+			namedPart = namedPart || isPart(k)
 		}
+	}
+	// A named step's own change explains the whole definition's.
+	if namedPart {
+		out = slices.DeleteFunc(out, func(c string) bool { return c == "step definition changed" })
 	}
 	if len(out) == 0 {
 		return []string{"inputs unchanged: the daemon had no cached result (pruned, or another daemon)"}

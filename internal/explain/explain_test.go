@@ -47,3 +47,27 @@ func TestExplainNamesTheInputThatChanged(t *testing.T) {
 		}
 	}
 }
+
+func TestExplainNamesTheStepWhoseDefinitionChanged(t *testing.T) {
+	steps := buildkit.Steps{{Name: "link"}, {Name: "old record"}, {Name: "unnamed part"}}
+	prev := &Record{Inputs: Inputs{
+		"link":         {"step definition": "1", "definition of link": "l", "definition of [go] module layer": "m1"},
+		"old record":   {"step definition": "1"},
+		"unnamed part": {"step definition": "1", "definition of unnamed part": "u"},
+	}}
+	now := Record{Steps: steps, Inputs: Inputs{
+		"link":         {"step definition": "2", "definition of link": "l", "definition of [go] module layer": "m2"},
+		"old record":   {"step definition": "2", "definition of old record": "o"},
+		"unnamed part": {"step definition": "2", "definition of unnamed part": "u"},
+	}}
+	want := map[string][]string{
+		"link":         {"definition of [go] module layer changed"},
+		"old record":   {"step definition changed"},
+		"unnamed part": {"step definition changed"},
+	}
+	for _, e := range Explain(now, prev) {
+		if !slices.Equal(e.Causes, want[e.Step]) {
+			t.Errorf("%s: causes %q, want %q", e.Step, e.Causes, want[e.Step])
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/client/llb/sourceresolver"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
+	"github.com/moby/buildkit/solver/pb"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -164,24 +165,63 @@ func (s *Graph) ExporterAttrs(name string) map[string]string {
 	}
 }
 
-// definitions returns the digest of each named vertex of every image.
-func (g *Graph) Definitions() (map[string]string, error) {
-	defs := map[string]string{}
+// Definitions returns, for each named vertex of every image, what its
+// definition is made of: "step definition" is the digest of the vertex with
+// all it depends on, and "definition of NAME" the digest of each named vertex
+// of that chain (itself included) with its inputs left out, so explain can
+// name the vertex whose own definition changed rather than every one after it.
+func (g *Graph) Definitions() (map[string]map[string]string, error) {
+	defs := map[string]map[string]string{}
 	for _, img := range g.Plan.Images {
 		for _, st := range g.States(img) {
 			def, err := st.Marshal(context.Background())
 			if err != nil {
 				return nil, err
 			}
+			ops := map[digest.Digest]*pb.Op{}
 			for _, dt := range def.Def {
-				dg := digest.FromBytes(dt)
-				if name := def.Metadata[dg].Description["llb.customname"]; name != "" {
-					defs[name] = dg.Encoded()[:12]
+				var op pb.Op
+				if err := op.UnmarshalVT(dt); err != nil {
+					return nil, err
 				}
+				ops[digest.FromBytes(dt)] = &op
+			}
+			name := func(dg digest.Digest) string { return def.Metadata[dg].Description["llb.customname"] }
+			for dg := range ops {
+				if name(dg) == "" {
+					continue
+				}
+				parts := map[string]string{"step definition": dg.Encoded()[:12]}
+				seen := map[digest.Digest]bool{}
+				var walk func(digest.Digest)
+				walk = func(d digest.Digest) {
+					if seen[d] || ops[d] == nil {
+						return
+					}
+					seen[d] = true
+					if n := name(d); n != "" {
+						parts["definition of "+n] = ownDigest(ops[d])
+					}
+					for _, in := range ops[d].Inputs {
+						walk(digest.Digest(in.Digest))
+					}
+				}
+				walk(dg)
+				defs[name(dg)] = parts
 			}
 		}
 	}
 	return defs, nil
+}
+
+// ownDigest is the digest of an op without its inputs' digests.
+func ownDigest(op *pb.Op) string {
+	own := op.CloneVT()
+	for _, in := range own.Inputs {
+		in.Digest = ""
+	}
+	dt, _ := own.MarshalVT() // it was just unmarshaled
+	return digest.FromBytes(dt).Encoded()[:12]
 }
 
 // baseConfig reads the base image's config for the platform; nil on scratch.
