@@ -42,17 +42,30 @@ import (
 //	-cacheto, -cachefrom=type=registry,ref=HOST/REPO,mode=max
 //	                                     a shared layer cache (default: kiln.yaml cache.to/from)
 //	-gocacheto, -gocachefrom=HOST/REPO   publish or seed from a Go build cache snapshot
-func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string) error {
+//	-rebuild                             build even when the tarballs are up to date
+//
+// A tarball made from the same inputs (every file the go command reads, the
+// toolchain, stamps, flags, modules, image.yaml and its files, the build
+// graph, kiln itself) is kept as it is: builds are reproducible, so building
+// it again would write the same bytes.
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool) error {
 	o := cli.Options(platforms, stamp, progress)
-	o.Images = cli.List(images)
+	o.Images, o.Rebuild = cli.List(images), cli.Bool(rebuild)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
 	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
 	outcome, err := build.Images(ctx, o)
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
+	var kept []string
 	for _, r := range outcome.Images {
 		fmt.Printf("%s\t%s\t%s\t%s\n", r.Ref, r.Digest, r.Path, r.Platforms)
+		if r.Kept {
+			kept = append(kept, r.Name)
+		}
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(os.Stderr, "up to date, not rebuilt (no input changed since they were written; -rebuild builds anyway): %s\n", strings.Join(kept, ", "))
 	}
 	printGoCache(outcome.GoCache)
 	if cli.Bool(explain) {
@@ -72,8 +85,10 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 //	-module=DIR -packages=./cmd/a,./cmd/b   build another Go module's (or go.work
 //	                                        workspace's) main packages with this
 //	                                        repository's toolchain and platforms
-func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string, module *string, packages *string, gocacheto *string, gocachefrom *string) error {
+//	-rebuild                                build even when the binaries are up to date
+func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *string, module *string, packages *string, gocacheto *string, gocachefrom *string, rebuild *bool) error {
 	o := cli.Options(platforms, stamp, progress)
+	o.Rebuild = cli.Bool(rebuild)
 	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
 	o.Module, o.Packages = cli.Str(module), cli.List(packages)
 	out, err := build.Binaries(ctx, o)
@@ -81,6 +96,9 @@ func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *str
 		return cli.Interrupted(ctx, err)
 	}
 	fmt.Println(out.Dir)
+	if out.Kept {
+		fmt.Fprintln(os.Stderr, "up to date, not rebuilt (no input changed since they were written; -rebuild builds anyway)")
+	}
 	printGoCache(out.GoCache)
 	return nil
 }

@@ -468,7 +468,10 @@ func (r *runner) kilnCold(name string, dropCacheMounts bool) func(context.Contex
 		if err := r.prune(ctx, dropCacheMounts); err != nil {
 			return fmt.Errorf("prune before %s: %w", name, err)
 		}
-		s, steps, err := r.kilnBuild(ctx)
+		// The binaries written before are up to date; time the build anyway.
+		opts := r.opts.Build
+		opts.Rebuild = true
+		s, steps, err := r.kilnBuildWith(ctx, opts)
 		if err != nil {
 			return err
 		}

@@ -82,6 +82,10 @@ type Options struct {
 	// GoCacheKey overrides cache.gocacheKey: the ed25519 public key (PEM)
 	// every seeded snapshot must be signed with.
 	GoCacheKey string
+	// Rebuild solves and writes the outputs even when the ones already
+	// written were made from the same inputs (to time a build, or to fill a
+	// pruned daemon's caches).
+	Rebuild bool
 }
 
 // SigningKeyEnv names the ed25519 private key (PEM) that signs published
@@ -413,6 +417,9 @@ type ImageResult struct {
 	Digest    string   `json:"digest"`
 	Path      string   `json:"path"`
 	Platforms []string `json:"platforms"`
+	// Kept is true when the tarball written before was made from the same
+	// inputs, so the image was neither built nor exported.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // ImagesOutcome is what Images built and which steps ran.
@@ -439,32 +446,64 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 }
 
 func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
-	dir := filepath.Join(opts.OutDirFor(s.Plan.Root), "images")
+	outDir := opts.OutDirFor(s.Plan.Root)
+	dir := filepath.Join(outDir, "images")
+	inputs, err := s.inputs()
+	if err != nil {
+		return nil, err
+	}
+	done := readUpToDate(outDir)
+	out := &ImagesOutcome{Images: make([]ImageResult, len(s.Plan.Images))}
+	keys := make([]string, len(s.Plan.Images))
 	var jobs []buildkit.Job
-	for _, img := range s.Plan.Images {
+	var solved []int
+	for i, img := range s.Plan.Images {
+		dest := filepath.Join(dir, img.Name+".oci.tar")
+		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
+		attrs := s.ExporterAttrs(img.Ref)
+		if s.mayReuse(opts) {
+			keys[i], _ = outputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
+		}
+		if r, ok := done.current("image "+img.Name, keys[i]); ok && r.Files[dest] != (fileStat{}) {
+			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
+			continue
+		}
+		solved = append(solved, i)
 		jobs = append(jobs, buildkit.Job{
 			Name:          img.Name,
 			Build:         s.Build(img),
 			FrontendAttrs: map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")},
-			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: s.ExporterAttrs(img.Ref)},
-			Dest:          filepath.Join(dir, img.Name+".oci.tar"),
+			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: attrs},
+			Dest:          dest,
 		})
 	}
-	outcome, err := s.SolveImages(ctx, jobs)
-	if err != nil {
-		return nil, err
+	if len(jobs) > 0 {
+		outcome, err := s.SolveImages(ctx, jobs)
+		if err != nil {
+			return nil, err
+		}
+		out.Steps = outcome.Steps
+		for j, r := range outcome.Results {
+			i := solved[j]
+			out.Images[i].Digest, out.Images[i].Path = r.Digest, r.Dest
+			done.set("image "+s.Plan.Images[i].Name, keys[i], r.Digest, []string{r.Dest})
+		}
+		if err := done.write(); err != nil {
+			return nil, err
+		}
 	}
-	out := &ImagesOutcome{Steps: outcome.Steps}
-	for i, r := range outcome.Results {
-		img := s.Plan.Images[i]
-		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: r.Digest, Path: r.Dest, Platforms: img.PlatformIDs()})
+	// The steps of images kept as they were are reused, for explain.
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		if !slices.ContainsFunc(out.Steps, func(st buildkit.Step) bool { return st.Name == name }) {
+			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})
+		}
 	}
 	if !opts.SkipChecks {
 		if out.Checks, err = quickChecksOnce(opts, s.Plan, out.Images); err != nil {
 			return nil, err
 		}
 	}
-	if out.Explanations, err = record(opts, s.Graph, out.Steps); err != nil {
+	if out.Explanations, err = record(opts, s.Plan, inputs, out.Steps); err != nil {
 		return nil, err
 	}
 	if s.goCacheTo != "" {
@@ -475,6 +514,33 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	return out, nil
 }
 
+// mayReuse says whether outputs written by an earlier build with the same
+// inputs may stand in for this build's: not when the caller asked for a
+// rebuild, when every step must re-run, or when the solve has side effects
+// beside the outputs (layer cache and Go cache exports, traced compiles).
+func (s *Session) mayReuse(opts Options) bool {
+	return !opts.Rebuild && !s.NoCache && !s.Golang.TraceCompiles && len(s.cacheTo) == 0 && s.goCacheTo == ""
+}
+
+// inputs are what each tracked step of this build depends on.
+func (s *Session) inputs() (explain.Inputs, error) {
+	defs, err := s.Graph.Definitions()
+	if err != nil {
+		return nil, err
+	}
+	return explain.Collect(s.Plan, defs)
+}
+
+// assembleSteps are the steps that put an image together, one per platform;
+// their inputs hold those of every binary in the image.
+func assembleSteps(img plan.Image) []string {
+	var steps []string
+	for _, target := range img.Targets {
+		steps = append(steps, image.AssembleStepName(img.Name, target))
+	}
+	return steps
+}
+
 // PlatformDir is the output folder name of a platform: linux_amd64, linux_arm_v7.
 func PlatformDir(p ocispec.Platform) string {
 	return strings.ReplaceAll(config.FormatPlatform(p), "/", "_")
@@ -483,6 +549,9 @@ func PlatformDir(p ocispec.Platform) string {
 // BinariesOutcome is where Binaries wrote and which steps ran.
 type BinariesOutcome struct {
 	Dir string
+	// Kept is true when the binaries written before were made from the same
+	// inputs, so nothing was built.
+	Kept bool
 	buildkit.Steps
 	// GoCache is the Go cache snapshot published, when asked for.
 	GoCache *GoCacheResult
@@ -497,17 +566,39 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	}
 	defer s.Close()
 	var files []FileCopy
+	var links, written []string
+	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
 			files = append(files, FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/" + PlatformDir(target) + "/" + b.Name})
+			links = append(links, golang.LinkStepName(b.Name, target))
+			written = append(written, filepath.Join(dest, PlatformDir(target), b.Name))
 		}
 	}
-	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
-	steps, err := s.ExportFiles(ctx, "binaries", files, dest)
+	inputs, err := s.inputs()
 	if err != nil {
 		return nil, err
 	}
-	out := &BinariesOutcome{Dir: dest, Steps: steps}
+	done := readUpToDate(opts.OutDirFor(s.Plan.Root))
+	var key string
+	if s.mayReuse(opts) {
+		key, _ = outputKey("binaries", dest, inputs, links, written...)
+	}
+	out := &BinariesOutcome{Dir: dest}
+	if _, ok := done.current("binaries", key); ok {
+		out.Kept = true
+		for _, name := range links {
+			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})
+		}
+		return out, nil
+	}
+	if out.Steps, err = s.ExportFiles(ctx, "binaries", files, dest); err != nil {
+		return nil, err
+	}
+	done.set("binaries", key, "", written)
+	if err := done.write(); err != nil {
+		return nil, err
+	}
 	if s.goCacheTo != "" {
 		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
 			return nil, err

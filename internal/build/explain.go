@@ -10,7 +10,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/explain"
-	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
 )
 
 const (
@@ -21,16 +21,7 @@ const (
 
 // record keeps this build's step inputs and outcomes for `mage explain`,
 // moving the last record aside as the previous one.
-func record(opts Options, g *image.Graph, steps buildkit.Steps) ([]explain.Explanation, error) {
-	p := g.Plan
-	defs, err := g.Definitions()
-	if err != nil {
-		return nil, err
-	}
-	inputs, err := explain.Collect(p, defs)
-	if err != nil {
-		return nil, err
-	}
+func record(opts Options, p *plan.Plan, inputs explain.Inputs, steps buildkit.Steps) ([]explain.Explanation, error) {
 	dir := filepath.Join(opts.OutDirFor(p.Root), explainDir)
 	prev, err := readRecord(filepath.Join(dir, lastBuild))
 	if err != nil {

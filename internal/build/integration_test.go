@@ -174,6 +174,60 @@ func TestImagesIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("up-to-date images are kept without a solve; an edit, its revert and a tampered tarball rebuild", func(t *testing.T) {
+		o := editedCopy(t, opts, "")
+		a, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran := kept.Ran(""); len(ran) != 0 {
+			t.Errorf("steps ran although nothing changed: %v", ran)
+		}
+		sameDigests(t, a.Images, kept.Images)
+		agent := filepath.Join(o.Root, "pkg/agent/agent.go")
+		orig, err := os.ReadFile(agent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// An init that writes a variable: code the linker keeps.
+		testdaemon.AppendLine(t, agent, "\nvar editedByATest = 1\n\nfunc init() { editedByATest++ }\n")
+		edited, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edited.Images[0].Digest == a.Images[0].Digest {
+			t.Fatalf("the agent edit kept digest %s", a.Images[0].Digest)
+		}
+		// Every step of the reverted tree is in the daemon's cache; the
+		// tarball on disk is the edited one and must be replaced.
+		if err := os.WriteFile(agent, orig, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		reverted, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, a.Images, reverted.Images)
+		layout, err := verify.ReadLayout(reverted.Images[0].Path)
+		if err != nil || layout.IndexDigest != a.Images[0].Digest {
+			t.Fatalf("after the revert the tarball holds %v (%v), want %s", layout, err, a.Images[0].Digest)
+		}
+		if err := os.WriteFile(reverted.Images[0].Path, []byte("not an image"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		repaired, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if layout, err := verify.ReadLayout(repaired.Images[0].Path); err != nil || layout.IndexDigest != a.Images[0].Digest {
+			t.Errorf("a tampered tarball was kept: %v", err)
+		}
+	})
+
 	t.Run("an edit to a file the agent embeds from a subdirectory relinks only the agent", func(t *testing.T) {
 		const embedded = "pkg/agent/config/defaults/antrea-agent.conf"
 		o := editedCopy(t, opts, "")
@@ -374,6 +428,23 @@ func TestImagesIntegration(t *testing.T) {
 				}
 				checkELF(t, plat+" "+b, data, strings.ReplaceAll(plat, "_", "/"))
 			}
+		}
+		again, err := build.Binaries(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran := again.Ran(""); len(ran) != 0 {
+			t.Errorf("steps ran although the binaries were up to date: %v", ran)
+		}
+		gone := filepath.Join(dir, "linux_arm_v7", "antctl")
+		if err := os.Remove(gone); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := build.Binaries(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(gone); err != nil {
+			t.Errorf("a deleted binary was not written again: %v", err)
 		}
 		cni := exec.Command(filepath.Join(dir, "linux_amd64", "antrea-cni"))
 		cni.Env = []string{"CNI_COMMAND=VERSION"}

@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -84,6 +86,11 @@ func Collect(p *plan.Plan, defs map[string]map[string]string) (Inputs, error) {
 			step := map[string]string{"created": fmt.Sprint(p.SourceDateEpoch)}
 			cfg, _ := json.Marshal(img.Image)
 			step["image.yaml"] = short(cfg)
+			for _, f := range img.Files {
+				if err := hashTree(p.Root, path.Join(img.Dir, f.Src), step); err != nil {
+					return nil, err
+				}
+			}
 			for _, b := range img.Binaries {
 				step["binary "+b] = short([]byte(fmt.Sprint(in[link(b)])))
 			}
@@ -94,6 +101,26 @@ func Collect(p *plan.Plan, defs map[string]map[string]string) (Inputs, error) {
 		maps.Copy(step, defs[name])
 	}
 	return in, nil
+}
+
+// hashTree adds "file REL" inputs for a file, or for every file under a
+// folder, of an image's files:.
+func hashTree(root, rel string, into map[string]string) error {
+	return filepath.WalkDir(filepath.Join(root, filepath.FromSlash(rel)), func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return err
+		}
+		r, err := filepath.Rel(root, name)
+		if err != nil {
+			return err
+		}
+		into["file "+filepath.ToSlash(r)] = short(data)
+		return nil
+	})
 }
 
 // isPart is an input naming one step of a step's definition.

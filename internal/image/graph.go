@@ -15,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -220,7 +221,8 @@ func ownDigest(op *pb.Op) string {
 	for _, in := range own.Inputs {
 		in.Digest = ""
 	}
-	dt, _ := own.MarshalVT() // it was just unmarshaled
+	// Map fields (a source's attributes) marshal in random order otherwise.
+	dt, _ := proto.MarshalOptions{Deterministic: true}.Marshal(own) // it was just unmarshaled
 	return digest.FromBytes(dt).Encoded()[:12]
 }
 
