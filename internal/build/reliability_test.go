@@ -97,7 +97,7 @@ func TestDaemonKilledMidBuild(t *testing.T) {
 		testdaemon.Unavailable(t, "first build with a managed daemon: %v", err)
 	}
 	before := hashDir(t, filepath.Join(out, "images"))
-	pruneAll(t, m) // so that the next build compiles
+	pruneAll(t, m)      // so that the next build compiles
 	opts.Rebuild = true // the outputs are up to date: build them anyway
 
 	errc := make(chan error, 1)
