@@ -164,6 +164,9 @@ func load(opts Options) (*request, error) {
 		}
 	}
 	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images}
+	if cache, err := buildkit.CacheDir(); err == nil {
+		po.ListCache = filepath.Join(cache, "golist")
+	}
 	if opts.BinaryPlatforms != "" {
 		if po.BinaryPlatforms, err = config.ParsePlatforms(opts.BinaryPlatforms); err != nil {
 			return nil, fmt.Errorf("binary platforms: %w", err)

@@ -36,7 +36,7 @@ func (p *Plan) resolveModules(cfg *config.Config) error {
 	}
 	p.ModMode, p.ModModeFrom = mode, from
 
-	out, err := run(p.Root, p.listEnv(), "go", "list", "-m", "-json=Path,Dir,Main")
+	out, err := p.lists.run(p.Root, p.listEnv(), p.moduleDeps, "list", "-m", "-json=Path,Dir,Main")
 	if err != nil {
 		return fmt.Errorf("read the main modules: %w%s", err, Hint(err.Error()))
 	}
@@ -84,6 +84,36 @@ func (p *Plan) resolveModules(cfg *config.Config) error {
 		p.Module = "workspace " + strings.Join(paths, ", ")
 	}
 	return nil
+}
+
+// moduleDeps are what go list -m reads: the module files at the root and
+// each main module's go.mod.
+func (p *Plan) moduleDeps(out string) (dirs, files []string) {
+	for _, f := range []string{"go.mod", "go.sum", "go.work", "go.work.sum", "vendor/modules.txt"} {
+		files = append(files, filepath.Join(p.Root, f))
+	}
+	dec := json.NewDecoder(strings.NewReader(out))
+	for {
+		var m listedModule
+		if dec.Decode(&m) != nil {
+			break
+		}
+		if m.Dir != "" {
+			files = append(files, filepath.Join(m.Dir, "go.mod"))
+		}
+	}
+	// A go.work or vendor/modules.txt that appears changes the answer.
+	dirs = []string{p.Root}
+	if vendor := filepath.Join(p.Root, "vendor"); exists(vendor) {
+		dirs = append(dirs, vendor)
+	}
+	return dirs, existing(files)
+}
+
+// existing keeps the files that exist: a missing one is an input only
+// through the directory listing of its folder.
+func existing(files []string) []string {
+	return slices.DeleteFunc(slices.Clone(files), func(f string) bool { return !exists(f) })
 }
 
 // listEnv is the environment of the host-side go list runs: the build's

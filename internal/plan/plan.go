@@ -29,7 +29,8 @@ import (
 // Plan is the resolved build: everything the LLB stage needs, nothing it
 // has to look up again.
 type Plan struct {
-	Root            string             `json:"-"`
+	Root            string `json:"-"`
+	lists           listCache
 	Module          string             `json:"module"`
 	Toolchain       Toolchain          `json:"toolchain"`
 	BuildPlatform   ocispec.Platform   `json:"-"`
@@ -129,6 +130,9 @@ type Stamp struct {
 
 // Options adjust a plan without editing the configuration.
 type Options struct {
+	// ListCache is a folder where go list answers are kept for the next
+	// plan of the same tree; none when empty.
+	ListCache string
 	// Platforms replaces the configured target platforms when non-empty.
 	Platforms []ocispec.Platform
 	// Stamp stamps git describe, commit and tree state (release builds).
@@ -179,7 +183,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		d := drift[0]
 		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
 	}
-	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Budgets: map[string]int64{}}
+	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache}}
 	for name, size := range cfg.Budgets {
 		p.Budgets[name], _ = config.ParseSize(size) // validated by config.Load
 	}
@@ -483,7 +487,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		if tags != "" {
 			args = append(args, tags)
 		}
-		out, err := run(p.Root, env, "go", append(args, pkgs...)...)
+		out, err := p.lists.run(p.Root, env, p.packageDeps, append(args, pkgs...)...)
 		if err != nil {
 			return nil, fmt.Errorf("list packages for %s: %w%s", config.FormatPlatform(plat), err, Hint(err.Error()))
 		}
@@ -539,6 +543,35 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	}
 	p.Modules = sortedSet(modules)
 	return imported, nil
+}
+
+// packageDeps are what go list -deps reads in the repository: the module
+// files, and the directory of every package there (with every folder under
+// it when the package embeds files).
+func (p *Plan) packageDeps(out string) (dirs, files []string) {
+	dirs, files = p.moduleDeps("")
+	dec := json.NewDecoder(strings.NewReader(out))
+	for {
+		var lp listedPackage
+		if dec.Decode(&lp) != nil {
+			break
+		}
+		if _, inside := within(p.Root, lp.Dir); !inside || lp.Dir == "" || lp.Standard {
+			continue
+		}
+		if len(lp.EmbedFiles) > 0 {
+			dirs = append(dirs, subdirs(lp.Dir)...)
+		} else {
+			dirs = append(dirs, lp.Dir)
+		}
+		if m := lp.Module; m != nil && m.Replace != nil && m.Replace.GoMod != "" {
+			if _, inside := within(p.Root, m.Replace.GoMod); inside {
+				files = append(files, m.Replace.GoMod)
+			}
+		}
+	}
+	slices.Sort(dirs)
+	return slices.Compact(dirs), existing(files)
 }
 
 // mainPackage finds a binary's package by its directory, else by import path.

@@ -1,0 +1,293 @@
+package plan
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+		"fmt"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// A go list run is the plan's main cost on a large tree (half a second for
+// 2,000 vendored packages), and its output changes only when what go reads to
+// answer it changes: the module files, and in each package directory of the
+// repository the names of the files and the part of each .go file go/build
+// reads (build constraints, package clause, imports, //go:embed lines). The
+// list cache keeps each run's output with those inputs and answers again
+// while they are the same. A file whose size and modification time are as
+// recorded is not read again; one modified too close to the recording to
+// tell is.
+
+// racyWindow is how close to the recording a modification time may be for
+// the file to be read again rather than trusted.
+const racyWindow = 2 * time.Second
+
+type listRecord struct {
+	Out        string              `json:"out"`
+	RecordedAt int64               `json:"recordedAt"`
+	Files      map[string]fileHead `json:"files"`
+	Dirs       map[string]string   `json:"dirs"`
+}
+
+// fileHead is one input file: its stat, and the digest of what go list reads.
+type fileHead struct {
+	Size    int64  `json:"size"`
+	ModTime int64  `json:"modTime"`
+	Head    string `json:"head"`
+}
+
+// listCache answers go list runs from earlier ones; a zero one never does.
+type listCache struct{ dir string }
+
+// run runs `go args...` in dir with env, or answers from the cache.
+// deps gives, from the output, the package directories and files the answer
+// depends on (absolute paths).
+func (c listCache) run(dir string, env []string, deps func(out string) (dirs, files []string), args ...string) (string, error) {
+	key, ok := c.key(dir, env, args)
+	if !ok {
+		return run(dir, env, "go", args...)
+	}
+	path := filepath.Join(c.dir, key+".json")
+	if rec := readListRecord(path); rec != nil && rec.current() {
+		return rec.Out, nil
+	}
+	start := time.Now()
+	out, err := run(dir, env, "go", args...)
+	if err != nil {
+		return out, err
+	}
+	rec := &listRecord{Out: out, RecordedAt: start.UnixNano(), Files: map[string]fileHead{}, Dirs: map[string]string{}}
+	dirs, files := deps(out)
+	for _, d := range dirs {
+		listing, goFiles, err := dirListing(d)
+		if err != nil {
+			return out, nil // not recorded: the next run asks go again
+		}
+		rec.Dirs[d] = listing
+		files = append(files, goFiles...)
+	}
+	for _, f := range files {
+		h, err := readHead(f)
+		if err != nil {
+			return out, nil
+		}
+		rec.Files[f] = h
+	}
+	c.write(path, rec)
+	return out, nil
+}
+
+// key names a run: the directory, the arguments, the go command and every
+// variable of the environment go reads (GO*, CGO_*).
+func (c listCache) key(dir string, env, args []string) (string, bool) {
+	if c.dir == "" {
+		return "", false
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		return "", false
+	}
+	fi, err := os.Stat(gobin)
+	if err != nil {
+		return "", false
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "list cache 1\n%s\n%s %d %d\n", dir, gobin, fi.Size(), fi.ModTime().UnixNano())
+	for _, a := range args {
+		fmt.Fprintf(h, "arg %s\n", a)
+	}
+	var vars []string
+	for _, kv := range append(os.Environ(), env...) {
+		if strings.HasPrefix(kv, "GO") || strings.HasPrefix(kv, "CGO_") {
+			vars = append(vars, kv)
+		}
+	}
+	// Later entries win, as in exec; sorting keeps their order per name.
+	slices.SortStableFunc(vars, func(a, b string) int {
+		ka, _, _ := strings.Cut(a, "=")
+		kb, _, _ := strings.Cut(b, "=")
+		return strings.Compare(ka, kb)
+	})
+	for _, kv := range vars {
+		fmt.Fprintf(h, "env %s\n", kv)
+	}
+	// What `go env -w` wrote is go's environment too.
+	if cfg, err := goEnvFile(); err == nil {
+		if data, err := os.ReadFile(cfg); err == nil {
+			fmt.Fprintf(h, "go env file %s\n%s\n", cfg, data)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+func goEnvFile() (string, error) {
+	if f := os.Getenv("GOENV"); f != "" {
+		return f, nil
+	}
+	dir, err := os.UserConfigDir()
+	return filepath.Join(dir, "go", "env"), err
+}
+
+func readListRecord(path string) *listRecord {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var rec listRecord
+	if json.Unmarshal(data, &rec) != nil {
+		return nil
+	}
+	return &rec
+}
+
+// maxListRecords bounds the cache: each tree, platform and environment
+// has one record, and temporary trees (tests, bench copies) leave theirs.
+const maxListRecords = 64
+
+func (c listCache) write(path string, rec *listRecord) {
+	data, err := json.Marshal(rec)
+	if err != nil || os.MkdirAll(filepath.Dir(path), 0o755) != nil {
+		return
+	}
+	if entries, err := os.ReadDir(c.dir); err == nil && len(entries) >= maxListRecords {
+		type aged struct {
+			name string
+			mod  time.Time
+		}
+		var all []aged
+		for _, e := range entries {
+			if fi, err := e.Info(); err == nil {
+				all = append(all, aged{e.Name(), fi.ModTime()})
+			}
+		}
+		slices.SortFunc(all, func(a, b aged) int { return a.mod.Compare(b.mod) })
+		for _, e := range all[:len(all)-maxListRecords+1] {
+			os.Remove(filepath.Join(c.dir, e.name))
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := tmp.Write(data)
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), path) != nil {
+		os.Remove(tmp.Name())
+	}
+}
+
+// current reports whether every input is as recorded.
+func (rec *listRecord) current() bool {
+	for d, want := range rec.Dirs {
+		if got, _, err := dirListing(d); err != nil || got != want {
+			return false
+		}
+	}
+	for f, want := range rec.Files {
+		fi, err := os.Stat(f)
+		if err != nil {
+			return false
+		}
+		racy := fi.ModTime().UnixNano() > rec.RecordedAt-int64(racyWindow)
+		if fi.Size() == want.Size && fi.ModTime().UnixNano() == want.ModTime && !racy {
+			continue
+		}
+		got, err := readHead(f)
+		if err != nil || got.Head != want.Head {
+			return false
+		}
+	}
+	return true
+}
+
+// dirListing is the digest of a package directory's entry names and kinds,
+// with the .go files in it.
+func dirListing(dir string) (string, []string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return "", nil, err
+	}
+	h := sha256.New()
+	var goFiles []string
+	for _, e := range entries {
+		fmt.Fprintf(h, "%s %d\n", e.Name(), e.Type())
+		if strings.HasSuffix(e.Name(), ".go") && e.Type().IsRegular() {
+			goFiles = append(goFiles, filepath.Join(dir, e.Name()))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)), goFiles, nil
+}
+
+// readHead reads a file's stat and the digest of what go list reads of it:
+// for a .go file, everything up to the end of its imports and its //go:embed
+// lines; for any other file, all of it.
+func readHead(path string) (fileHead, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return fileHead{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return fileHead{}, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return fileHead{}, err
+	}
+	head := data
+	if strings.HasSuffix(path, ".go") {
+		head = goHead(path, data)
+	}
+	sum := sha256.Sum256(head)
+	return fileHead{Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), Head: hex.EncodeToString(sum[:])}, nil
+}
+
+func goHead(path string, src []byte) []byte {
+	file, err := parser.ParseFile(token.NewFileSet(), path, src, parser.ImportsOnly|parser.ParseComments)
+	if err != nil {
+		return src // go list reports the error; any change may change it
+	}
+	end := file.Name.End()
+	for _, imp := range file.Imports {
+		end = max(end, imp.End())
+	}
+	var buf bytes.Buffer
+	buf.Write(src[:int(end)-1])
+	for line := range bytes.Lines(src[int(end)-1:]) {
+		if t := bytes.TrimSpace(line); bytes.HasPrefix(t, []byte("//go:embed")) {
+			buf.WriteString("\n")
+			buf.Write(t)
+		}
+	}
+	return buf.Bytes()
+}
+
+// subdirs are dir and every folder under it, for packages that embed files:
+// a new file anywhere below may match an embed pattern.
+func subdirs(dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.IsDir() {
+			// Files of another module are never embedded.
+			if path != dir && exists(filepath.Join(path, "go.mod")) {
+				return filepath.SkipDir
+			}
+			out = append(out, path)
+		}
+		return nil
+	})
+	return out
+}
