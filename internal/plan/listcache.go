@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-		"fmt"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io"
