@@ -102,4 +102,11 @@ func TestPlanReusesGoListOnlyWhileItsInputsAreTheSame(t *testing.T) {
 	write("go.mod", "module example.com/m\n\ngo 1.23\n")
 	step("an edit to go.mod", true)
 	step("nothing changed again", false)
+
+	write("pkg/x/x.go", "package x\n\nimport \"example.com/m/pkg/z\"\n\nfunc Hello() { z.Hello() }\n")
+	if _, err := build.Plan(build.Options{Root: testdaemon.RepoRoot(t), Module: mod, Packages: []string{"./cmd/a"}, Platforms: "linux/amd64"}); err == nil {
+		t.Fatal("an import of a package that does not exist planned")
+	}
+	write("pkg/z/z.go", "package z\n\nfunc Hello() {}\n")
+	step("the missing package written", true, "pkg/z/z.go")
 }

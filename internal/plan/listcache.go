@@ -66,6 +66,11 @@ func (c listCache) run(dir string, env []string, deps func(out string) (dirs, fi
 	if err != nil {
 		return out, err
 	}
+	// An error (an import of a package that does not exist yet) can go away
+	// through a change no record would see.
+	if strings.Contains(out, `"Error":`) {
+		return out, nil
+	}
 	rec := &listRecord{Out: out, RecordedAt: start.UnixNano(), Files: map[string]fileHead{}, Dirs: map[string]string{}}
 	dirs, files := deps(out)
 	for _, d := range dirs {
