@@ -464,10 +464,8 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		dest := filepath.Join(dir, img.Name+".oci.tar")
 		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
 		attrs := s.ExporterAttrs(img.Ref)
-		if s.mayReuse(opts) {
-			keys[i], _ = outputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
-		}
-		if r, ok := done.current("image "+img.Name, keys[i]); ok && r.Files[dest] != (fileStat{}) {
+		keys[i], _ = outputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
+		if r, ok := done.current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (fileStat{}) {
 			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
 			continue
 		}
@@ -521,6 +519,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 // inputs may stand in for this build's: not when the caller asked for a
 // rebuild, when every step must re-run, or when the solve has side effects
 // beside the outputs (layer cache and Go cache exports, traced compiles).
+// Every build records its outputs' key all the same: the bytes are the same.
 func (s *Session) mayReuse(opts Options) bool {
 	return !opts.Rebuild && !s.NoCache && !s.Golang.TraceCompiles && len(s.cacheTo) == 0 && s.goCacheTo == ""
 }
@@ -583,12 +582,9 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		return nil, err
 	}
 	done := readUpToDate(opts.OutDirFor(s.Plan.Root))
-	var key string
-	if s.mayReuse(opts) {
-		key, _ = outputKey("binaries", dest, inputs, links, written...)
-	}
+	key, _ := outputKey("binaries", dest, inputs, links, written...)
 	out := &BinariesOutcome{Dir: dest}
-	if _, ok := done.current("binaries", key); ok {
+	if _, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
 		out.Kept = true
 		for _, name := range links {
 			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})

@@ -132,27 +132,46 @@ func TestImagesIntegration(t *testing.T) {
 		if ran := again.Ran("go build"); len(ran) != 0 {
 			t.Errorf("compile steps ran: %v", ran)
 		}
-		if ran := again.Ran("compile packages"); len(ran) != 0 {
-			t.Errorf("package compiles ran: %v", ran)
+		if ran := again.Ran("binary"); len(ran) != 0 {
+			t.Errorf("binaries changed: %v", ran)
 		}
 		sameDigests(t, first, again.Images)
 	})
 
-	t.Run("an edit to an agent-only package relinks only the agent, and explain says why", func(t *testing.T) {
+	t.Run("an edit to an agent-only package changes only the agent, and explain says why", func(t *testing.T) {
 		o := editedCopy(t, opts, "")
 		if _, err := build.Images(ctx, o); err != nil {
 			t.Fatal(err)
 		}
-		testdaemon.AppendLine(t, filepath.Join(o.Root, "pkg/agent/agent.go"), "\nvar editedByATest = 1\n")
+		agent := filepath.Join(o.Root, "pkg/agent/agent.go")
+		// A variable nothing reads: go build runs, the linker drops it, and
+		// no binary or image changes.
+		testdaemon.AppendLine(t, agent, "\nvar editedByATest = 1\n")
+		unread, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ran := unread.Ran("binary"); len(ran) != 0 {
+			t.Errorf("binaries changed by dead code: %v", ran)
+		}
+		sameDigests(t, first, unread.Images)
+		for _, e := range unread.Explanations {
+			if e.Ran && !strings.HasSuffix(e.Step, "] go build") {
+				t.Errorf("%s ran after an edit the linker drops", e.Step)
+			}
+		}
+
+		// An init that writes it: code the linker keeps.
+		testdaemon.AppendLine(t, agent, "\nfunc init() { editedByATest++ }\n")
 		again, err := build.Images(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build"}
-		ran := again.Ran("go build")
+		want := []string{"[antrea-agent linux/amd64] binary", "[antrea-agent linux/arm64] binary"}
+		ran := again.Ran("binary")
 		slices.Sort(ran)
 		if !slices.Equal(ran, want) {
-			t.Errorf("compile steps that ran: %v, want %v", ran, want)
+			t.Errorf("binaries that changed: %v, want %v", ran, want)
 		}
 		if again.Images[1].Digest != first[1].Digest {
 			t.Errorf("antrea-controller changed: %s, was %s", again.Images[1].Digest, first[1].Digest)
@@ -163,12 +182,16 @@ func TestImagesIntegration(t *testing.T) {
 				continue
 			}
 			explained = append(explained, e.Step)
-			if !slices.Equal(e.Causes, []string{"file pkg/agent/agent.go changed"}) {
-				t.Errorf("%s ran because %v, want the agent.go edit", e.Step, e.Causes)
+			want := []string{"file pkg/agent/agent.go changed"}
+			if strings.HasSuffix(e.Step, "assemble image") {
+				want = []string{"binary antrea-agent changed"}
+			}
+			if !slices.Equal(e.Causes, want) {
+				t.Errorf("%s ran because %v, want %v", e.Step, e.Causes, want)
 			}
 		}
 		slices.Sort(explained)
-		wantExplained := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build", "[linux/amd64] compile packages", "[linux/arm64] compile packages"}
+		wantExplained := []string{"[antrea-agent linux/amd64] assemble image", "[antrea-agent linux/amd64] binary", "[antrea-agent linux/arm64] assemble image", "[antrea-agent linux/arm64] binary", "[linux/amd64] go build", "[linux/arm64] go build"}
 		if !slices.Equal(explained, wantExplained) {
 			t.Errorf("explained steps %v, want %v", explained, wantExplained)
 		}
@@ -239,10 +262,10 @@ func TestImagesIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ran := again.Ran("go build")
+		ran := again.Ran("binary")
 		slices.Sort(ran)
-		if want := []string{"[antrea-agent linux/amd64] go build", "[antrea-agent linux/arm64] go build"}; !slices.Equal(ran, want) {
-			t.Errorf("link steps that ran: %v, want %v", ran, want)
+		if want := []string{"[antrea-agent linux/amd64] binary", "[antrea-agent linux/arm64] binary"}; !slices.Equal(ran, want) {
+			t.Errorf("binaries that changed: %v, want %v", ran, want)
 		}
 		for _, e := range again.Explanations {
 			want := []string{"file " + embedded + " changed"}
@@ -415,6 +438,7 @@ func TestImagesIntegration(t *testing.T) {
 		o := opts
 		o.Platforms = "linux/amd64,linux/arm/v7"
 		o.OutDir = t.TempDir()
+		o.Rebuild = true // a forced build records its outputs too
 		out, err := build.Binaries(ctx, o)
 		if err != nil {
 			t.Fatal(err)
@@ -429,9 +453,13 @@ func TestImagesIntegration(t *testing.T) {
 				checkELF(t, plat+" "+b, data, strings.ReplaceAll(plat, "_", "/"))
 			}
 		}
+		o.Rebuild = false
 		again, err := build.Binaries(ctx, o)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if !again.Kept {
+			t.Error("the binaries were built again although nothing changed")
 		}
 		if ran := again.Ran(""); len(ran) != 0 {
 			t.Errorf("steps ran although the binaries were up to date: %v", ran)
@@ -468,7 +496,7 @@ func TestImagesIntegration(t *testing.T) {
 			t.Fatal("a broken package built")
 		}
 		msg := err.Error()
-		for _, want := range []string{"[antrea-cni linux/amd64] go build", "undefinedThing"} {
+		for _, want := range []string{"[linux/amd64] go build", "pkg/cni/cni.go", "undefinedThing"} {
 			if !strings.Contains(msg, want) {
 				t.Errorf("error does not mention %q:\n%s", want, msg)
 			}

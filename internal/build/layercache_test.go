@@ -41,7 +41,7 @@ func TestRegistryLayerCacheAcrossDaemons(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Every compile step comes from the cache: zero run on B.
-		if ran := append(again.Ran("go build"), again.Ran("compile packages")...); len(ran) > 0 {
+		if ran := append(again.Ran("go build"), again.Ran("binary")...); len(ran) > 0 {
 			t.Errorf("%d of 10 compile steps ran on daemon B: %v", len(ran), ran)
 		}
 		for i := range first.Images {

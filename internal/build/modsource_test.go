@@ -209,7 +209,7 @@ func TestModuleSources(t *testing.T) {
 		}
 		again := mustBuildModule(t, app, "./cmd/hello", "./cmd/plain")
 		again.runs(t, "hello", "hello from greet vendored edit")
-		if ran := again.out.Steps.Ran("go build"); !slices.Equal(ran, []string{"[hello linux/amd64] go build"}) {
+		if ran := again.out.Steps.Ran("binary"); !slices.Equal(ran, []string{"[hello linux/amd64] binary"}) {
 			t.Errorf("after a vendored edit these linked: %v; want hello alone", ran)
 		}
 
@@ -261,7 +261,7 @@ func TestModuleSources(t *testing.T) {
 		}
 		again := mustBuildModule(t, app, "./cmd/vendored", "./cmd/local", "./cmd/plain")
 		again.runs(t, "local", "edited embed")
-		if ran := again.out.Steps.Ran("go build"); !slices.Equal(ran, []string{"[local linux/amd64] go build"}) {
+		if ran := again.out.Steps.Ran("binary"); !slices.Equal(ran, []string{"[local linux/amd64] binary"}) {
 			t.Errorf("after an edit to an embedded file these linked: %v; want local alone", ran)
 		}
 	})

@@ -3,6 +3,7 @@ package golang
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -250,36 +251,85 @@ func Env(p *plan.Plan, target ocispec.Platform) []string {
 	return append(env, plan.TargetEnv(target)...)
 }
 
-// PackageStepName is the vertex name of a platform's package step; explain
+// PackageStepName is the vertex name of a platform's go build step; explain
 // and the tests find the step by it.
 func PackageStepName(target ocispec.Platform) string {
-	return fmt.Sprintf("[%s] compile packages", config.FormatPlatform(target))
+	return fmt.Sprintf("[%s] go build", config.FormatPlatform(target))
 }
 
-// LinkStepName is the vertex name of a binary's link step for a platform.
+// LinkStepName is the vertex name of the step that takes one binary out of
+// its platform's go build: it runs only when that binary's bytes changed.
 func LinkStepName(binary string, target ocispec.Platform) string {
-	return fmt.Sprintf("[%s %s] go build", binary, config.FormatPlatform(target))
+	return fmt.Sprintf("[%s %s] binary", binary, config.FormatPlatform(target))
 }
 
-// CompilePackages compiles the packages of all the given binaries for one target
-// platform in one go process, filling GOCACHE. Separate go processes do not
-// share work in flight: without this step, every per-binary compile would
-// build the same standard library packages side by side. It is `go list
-// -export`, which runs the same compile actions as `go build` but tolerates
-// errors (-e), so a compile error surfaces in the failing binary's own step.
-// Its output is an empty directory, so the steps that wait for it are keyed
-// on its (constant) content and stay cached when an edit touched only other
-// binaries.
-func (g *Graph) CompilePackages(bins []plan.Binary, target ocispec.Platform) llb.State {
-	args, union := g.packageArgs(bins)
+// Built is a platform's go build: each binary as a state of its own, and the
+// go build step that made it (its GOCACHE holds the binary's packages).
+type Built struct {
+	Binaries map[string]llb.State
+	Steps    map[string]llb.State
+}
+
+// BuildBinaries builds the binaries for one target platform the way a
+// developer does, in one go process: `go build -o DIR/ PKG...`. One process
+// compiles every package once and links the binaries side by side, with no
+// second process start or package graph load per binary; the step re-runs on
+// an edit to any binary's files, as go build would. Each binary then gets a
+// step of its own that copies it out: BuildKit keys that copy on the
+// binary's content, so the images of binaries whose bytes did not change
+// stay cached. Binaries whose executables go would give the same name go
+// into one more step each.
+func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform) Built {
+	out := Built{Binaries: map[string]llb.State{}, Steps: map[string]llb.State{}}
+	var groups [][]plan.Binary
+	for _, b := range bins {
+		placed := false
+		for i, grp := range groups {
+			if !slices.ContainsFunc(grp, func(o plan.Binary) bool { return o.ExecName == b.ExecName }) {
+				groups[i], placed = append(grp, b), true
+				break
+			}
+		}
+		if !placed {
+			groups = append(groups, []plan.Binary{b})
+		}
+	}
+	for i, grp := range groups {
+		name := PackageStepName(target)
+		if i > 0 {
+			name += fmt.Sprintf(" (%d)", i+1)
+		}
+		step := g.goBuild(grp, target, g.Plan.GoEnv.BuildArgs, name)
+		for _, b := range grp {
+			exe := b.ExecName
+			if target.OS == "windows" {
+				exe += ".exe"
+			}
+			out.Steps[b.Name] = step
+			out.Binaries[b.Name] = llb.Scratch().File(
+				llb.Copy(step, "/"+exe, "/"+b.Name),
+				llb.WithCustomName(LinkStepName(b.Name, target)))
+		}
+	}
+	return out
+}
+
+// goBuild is `go build -o /out/ PKG...` of some binaries for one platform.
+func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []string, name string) llb.State {
+	_, union := g.packageArgs(bins)
+	args := []string{goroot + "/bin/go", "build"}
 	if g.TraceCompiles {
-		args = append(args[:2], append([]string{"-x"}, args[2:]...)...)
+		args = append(args, "-x")
+	}
+	args = append(append(args, flags...), "-o", outDir+"/")
+	for _, b := range bins {
+		args = append(args, b.Package)
 	}
 	var extra []llb.RunOption
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}
-	run := g.GoCommand(args, g.Sources(union), target, PackageStepName(target), extra...)
+	run := g.GoCommand(args, g.Sources(union), target, name, extra...)
 	return run.AddMount(outDir, llb.Scratch())
 }
 
@@ -300,18 +350,12 @@ func (g *Graph) packageArgs(bins []plan.Binary) ([]string, plan.Binary) {
 	return append(args, pkgs...), union
 }
 
-// Link links one binary for one target platform on the build platform,
-// without network, after compiled (the CompilePackages step of that
-// platform) has filled GOCACHE with its packages. The result holds the
-// binary at /<name>.
-func (g *Graph) Link(b plan.Binary, src, compiled llb.State, target ocispec.Platform) llb.State {
-	return g.link(b, src, compiled, target, g.Plan.GoEnv.BuildArgs, LinkStepName(b.Name, target))
-}
-
-// LinkWithSymbols is Link keeping the symbol table (no -s -w), for size
-// reports. Only the link differs, so the compiled packages come from GOCACHE.
-func (g *Graph) LinkWithSymbols(b plan.Binary, src, compiled llb.State, target ocispec.Platform) llb.State {
-	return g.link(b, src, compiled, target, withSymbols(g.Plan.GoEnv.BuildArgs), LinkStepName(b.Name, target)+" with symbols")
+// LinkWithSymbols links one binary keeping the symbol table (no -s -w), for
+// size reports, after built (its go build step) filled GOCACHE with its
+// packages, so only the link runs. The result holds the binary at /<name>.
+func (g *Graph) LinkWithSymbols(b plan.Binary, built llb.State, target ocispec.Platform) llb.State {
+	name := fmt.Sprintf("[%s %s] go build with symbols", b.Name, config.FormatPlatform(target))
+	return g.link(b, g.Sources(b), built, target, withSymbols(g.Plan.GoEnv.BuildArgs), name)
 }
 
 func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Platform, flags []string, name string) llb.State {

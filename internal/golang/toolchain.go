@@ -1,5 +1,6 @@
 // Package golang owns the Go stages of the LLB graph: the pinned toolchain,
-// the module download step and the per-binary, per-platform compile steps.
+// the module download step, each platform's go build of the binaries and the
+// per-binary steps that take them out of it.
 package golang
 
 import (

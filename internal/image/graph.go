@@ -32,8 +32,8 @@ type Graph struct {
 	NoCache bool
 
 	mu       sync.Mutex
-	binaries map[string]llb.State // by "name platform symbols"
-	prepared map[string]llb.State // by platform
+	binaries map[string]llb.State    // by "name platform symbols"
+	built    map[string]golang.Built // by platform
 }
 
 func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
@@ -46,7 +46,7 @@ func NewGraphFrom(p *plan.Plan, context, toolchain llb.State, fetch *golang.Fetc
 		Plan:     p,
 		Golang:   golang.NewGraph(p, context, toolchain, fetch),
 		binaries: map[string]llb.State{},
-		prepared: map[string]llb.State{},
+		built:    map[string]golang.Built{},
 	}
 }
 
@@ -68,17 +68,14 @@ func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.Sta
 	if st, ok := s.binaries[key]; ok {
 		return st
 	}
-	prepared, ok := s.prepared[platform]
+	built, ok := s.built[platform]
 	if !ok {
-		prepared = s.Golang.CompilePackages(s.Plan.Binaries, target)
-		s.prepared[platform] = prepared
+		built = s.Golang.BuildBinaries(s.Plan.Binaries, target)
+		s.built[platform] = built
 	}
-	b := s.Plan.Binary(name)
-	var st llb.State
+	st := built.Binaries[name]
 	if symbols {
-		st = s.Golang.LinkWithSymbols(*b, s.Golang.Sources(*b), prepared, target)
-	} else {
-		st = s.Golang.Link(*b, s.Golang.Sources(*b), prepared, target)
+		st = s.Golang.LinkWithSymbols(*s.Plan.Binary(name), built.Steps[name], target)
 	}
 	s.binaries[key] = st
 	return st

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -98,6 +99,10 @@ type Binary struct {
 	// Files are the repository-relative files of its main-module packages
 	// (plus go.mod and go.sum); editing another file does not rebuild it.
 	Files []string `json:"files"`
+	// ExecName is the file name `go build -o DIR/` gives the binary (before
+	// .exe): the last element of its import path, or the one before a
+	// major version suffix.
+	ExecName string `json:"execName"`
 }
 
 // Image is an image to assemble.
@@ -459,7 +464,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	imported := map[string]bool{}
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
-	binModule := map[string]string{}
+	binModule, execName := map[string]string{}, map[string]string{}
 	pkgs := make([]string, len(cfg.Binaries))
 	for i, b := range cfg.Binaries {
 		pkgs[i] = b.Package
@@ -513,6 +518,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 			if main.Module != nil {
 				binModule[b.Name] = main.Module.Path
 			}
+			execName[b.Name] = ExecName(main.ImportPath)
 			for _, dep := range append([]string{main.ImportPath}, main.Deps...) {
 				imported[dep] = true
 				lp := byPath[dep]
@@ -539,7 +545,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		}
 	}
 	for _, b := range cfg.Binaries {
-		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name])})
+		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name]), ExecName: execName[b.Name]})
 	}
 	p.Modules = sortedSet(modules)
 	return imported, nil
@@ -572,6 +578,29 @@ func (p *Plan) packageDeps(out string) (dirs, files []string) {
 	}
 	slices.Sort(dirs)
 	return slices.Compact(dirs), existing(files)
+}
+
+// ExecName is the go command's name for a main package's executable
+// (cmd/go's load.DefaultExecName in module mode).
+func ExecName(importPath string) string {
+	elem := path.Base(importPath)
+	if elem != importPath && isVersionElement(elem) {
+		elem = path.Base(path.Dir(importPath))
+	}
+	return elem
+}
+
+// isVersionElement reports whether s is a major version suffix: v2, v3, ….
+func isVersionElement(s string) bool {
+	if len(s) < 2 || s[0] != 'v' || s[1] == '0' || s[1] == '1' && len(s) == 2 {
+		return false
+	}
+	for _, c := range s[1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // mainPackage finds a binary's package by its directory, else by import path.
