@@ -60,6 +60,10 @@ type Scenario struct {
 	// PeakMemory is the largest resident memory of the build processes
 	// (for kiln: the daemon and its children); -1 if unreadable.
 	PeakMemory int64 `json:"peakMemory"`
+	// PeakByProcess is the largest resident memory of each process group
+	// (buildkitd, runc, go, compile, link, the kiln client, other); groups
+	// peak at different times.
+	PeakByProcess map[string]int64 `json:"peakByProcess,omitempty"`
 	// GoCache is the size of the Go build cache after the scenario.
 	GoCache int64 `json:"goCache"`
 	// Ran and Reused count kiln's steps in the last run; StepsRan names the
@@ -265,12 +269,28 @@ func (r *runner) add(s Scenario, samples []sample) {
 			cpus = append(cpus, x.CPU)
 		}
 		s.PeakMemory = max(s.PeakMemory, x.PeakRSS)
+		for g, n := range x.Peaks {
+			if s.PeakByProcess == nil {
+				s.PeakByProcess = map[string]int64{}
+			}
+			s.PeakByProcess[g] = max(s.PeakByProcess[g], n)
+		}
 	}
 	s.CPU = -1
 	if len(cpus) > 0 {
 		s.CPU, _, _ = stats(cpus)
 	}
 	r.report.Scenarios = append(r.report.Scenarios, s)
+}
+
+func maxPeaks(a, b map[string]int64) map[string]int64 {
+	if a == nil {
+		a = map[string]int64{}
+	}
+	for g, n := range b {
+		a[g] = max(a[g], n)
+	}
+	return a
 }
 
 func stats(ds []time.Duration) (median, lo, hi time.Duration) {
@@ -316,6 +336,7 @@ func (r *runner) nativeBuild(ctx context.Context, gocache string) (sample, error
 		total.Wall += s.Wall
 		total.CPU += s.CPU
 		total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
+		total.Peaks = maxPeaks(total.Peaks, s.Peaks)
 	}
 	return total, nil
 }
@@ -410,18 +431,18 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
 	}
 	cpuBefore, cpuOK := processCPU(pid())
-	peak := samplePeak(pid)
+	peak := samplePeak(pid, true)
 	start := time.Now()
 	out, err := build.Binaries(ctx, opts)
 	wall := time.Since(start)
-	rss := peak.Stop()
+	rss, groups := peak.Stop()
 	if err != nil {
 		return sample{}, nil, err
 	}
 	s := sample{Wall: wall, CPU: -1, PeakRSS: -1}
 	if cpuAfter, ok := processCPU(pid()); ok && cpuOK {
 		s.CPU = cpuAfter - cpuBefore
-		s.PeakRSS = rss
+		s.PeakRSS, s.Peaks = rss, groups
 	}
 	return s, out.Steps, nil
 }

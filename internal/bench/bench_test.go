@@ -120,6 +120,17 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	if fromDisk.ModuleDownload != "in neither: the standard library only" {
 		t.Errorf("module download: %q", fromDisk.ModuleDownload)
 	}
+	// Where the memory goes: the native build's go command and its compiles
+	// are read apart; kiln's daemon tree is only when kiln manages the daemon.
+	if s := fromDisk.Scenario(bench.NativeCold); s.PeakByProcess[bench.GroupGo] <= 0 || s.PeakByProcess[bench.GroupCompile] <= 0 {
+		t.Errorf("native cold: peak memory by process %v lacks go or compile", s.PeakByProcess)
+	}
+	if s := fromDisk.Scenario(bench.KilnCold); fromDisk.Machine.DaemonMeasured && (s.PeakByProcess[bench.GroupBuildkitd] <= 0 || s.PeakByProcess[bench.GroupClient] <= 0) {
+		t.Errorf("kiln cold: peak memory by process %v lacks buildkitd or the client", s.PeakByProcess)
+	}
+	if md, err := os.ReadFile(filepath.Join(opts.Out, "report.md")); err != nil || !strings.Contains(string(md), "Peak memory by process group") {
+		t.Errorf("report.md has no memory breakdown (%v)", err)
+	}
 	if fromDisk.CgoSplitRatio <= 0 {
 		t.Error("no cgo split ratio")
 	}

@@ -20,11 +20,43 @@ type sample struct {
 	Wall    time.Duration
 	CPU     time.Duration // -1 when it cannot be read
 	PeakRSS int64         // bytes; -1 when it cannot be read
+	// Peaks is the largest resident memory of each process group.
+	Peaks map[string]int64
 }
 
-// treeRSS sums the resident memory of a process and its descendants.
-func treeRSS(pid int) int64 {
+// Process groups of the memory breakdown: what a build runs, by name.
+const (
+	GroupBuildkitd = "buildkitd"
+	GroupRunc      = "runc"
+	GroupGo        = "go"
+	GroupCompile   = "compile"
+	GroupLink      = "link"
+	GroupClient    = "kiln client"
+	GroupOther     = "other"
+)
+
+func processGroup(comm string) string {
+	switch comm {
+	case "buildkitd", "buildkit-runc", "runc":
+		if comm == "buildkitd" {
+			return GroupBuildkitd
+		}
+		return GroupRunc
+	case "go":
+		return GroupGo
+	case "compile", "asm", "cgo":
+		return GroupCompile
+	case "link":
+		return GroupLink
+	}
+	return GroupOther
+}
+
+// treeRSS sums the resident memory of a process and its descendants, in
+// total and by process group.
+func treeRSS(pid int) (int64, map[string]int64) {
 	var total int64
+	groups := map[string]int64{}
 	seen := map[int]bool{}
 	var walk func(int)
 	walk = func(p int) {
@@ -32,13 +64,10 @@ func treeRSS(pid int) int64 {
 			return
 		}
 		seen[p] = true
-		if data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p)); err == nil {
-			for _, line := range strings.Split(string(data), "\n") {
-				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-					kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-					total += kb << 10
-				}
-			}
+		if rss := processRSS(p); rss > 0 {
+			total += rss
+			comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", p))
+			groups[processGroup(strings.TrimSpace(string(comm)))] += rss
 		}
 		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", p))
 		for _, t := range tasks {
@@ -54,28 +83,53 @@ func treeRSS(pid int) int64 {
 		}
 	}
 	walk(pid)
-	return total
+	return total, groups
 }
 
-// peakSampler records the largest treeRSS of a process while it runs.
+// processRSS is one process's resident memory in bytes.
+func processRSS(pid int) int64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// peakSampler records the largest treeRSS of a process while it runs, with
+// the largest of each process group; with client set, this process (kiln's
+// client, in process) counts too.
 type peakSampler struct {
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
-	peak int64
+	stop  chan struct{}
+	done  chan struct{}
+	mu    sync.Mutex
+	peak  int64
+	peaks map[string]int64
 }
 
-func samplePeak(pid func() int) *peakSampler {
-	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{})}
+func samplePeak(pid func() int, client bool) *peakSampler {
+	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{}), peaks: map[string]int64{}}
 	go func() {
 		defer close(s.done)
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 		for {
 			if p := pid(); p > 0 {
-				rss := treeRSS(p)
+				rss, groups := treeRSS(p)
+				if client {
+					groups[GroupClient] = processRSS(os.Getpid())
+					rss += groups[GroupClient]
+				}
 				s.mu.Lock()
 				s.peak = max(s.peak, rss)
+				for g, n := range groups {
+					s.peaks[g] = max(s.peaks[g], n)
+				}
 				s.mu.Unlock()
 			}
 			select {
@@ -88,12 +142,15 @@ func samplePeak(pid func() int) *peakSampler {
 	return s
 }
 
-func (s *peakSampler) Stop() int64 {
+// Stop ends the sampling and returns the peak total and the peak of each
+// process group (the groups peak at different times, so they add up to
+// more than the total).
+func (s *peakSampler) Stop() (int64, map[string]int64) {
 	close(s.stop)
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.peak
+	return s.peak, s.peaks
 }
 
 // clockTick is USER_HZ, 100 on every Linux this runs on.
@@ -133,14 +190,14 @@ func runCommand(ctx context.Context, dir string, env []string, name string, args
 	if err := cmd.Start(); err != nil {
 		return sample{}, err
 	}
-	peak := samplePeak(func() int { return cmd.Process.Pid })
+	peak := samplePeak(func() int { return cmd.Process.Pid }, false)
 	err := cmd.Wait()
 	wall := time.Since(start)
-	rss := peak.Stop()
+	rss, groups := peak.Stop()
 	if err != nil {
 		return sample{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
 	}
-	s := sample{Wall: wall, CPU: -1, PeakRSS: rss}
+	s := sample{Wall: wall, CPU: -1, PeakRSS: rss, Peaks: groups}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		s.PeakRSS = max(s.PeakRSS, ru.Maxrss<<10)

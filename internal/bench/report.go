@@ -136,14 +136,47 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintln(w)
 		}
 	}
+	writeMemoryBreakdown(w, r.Scenarios)
 	if r.CgoSplitRatio > 0 {
 		fmt.Fprintf(w, "\nThe cgo split costs **%.2fx** the uniform build here (Antrea measured %.2fx: 9m49s against 6m42s). It runs natively, because kiln never builds with cgo.\n", r.CgoSplitRatio, r.SeedCgoRatio)
 	}
 	if !m.DaemonMeasured {
 		fmt.Fprintln(w, "\nCPU and memory of kiln's builds are n/a: the daemon is not the managed local one, so its processes cannot be read.")
 	}
-	_, err := fmt.Fprintln(w, "\nCPU is user+system time of the build processes (for kiln: buildkitd and the steps it ran); peak memory is their largest resident set.")
+	_, err := fmt.Fprintln(w, "\nCPU is user+system time of the build processes (for kiln: buildkitd and the steps it ran); peak memory is their largest resident set, with kiln's client (this process) counted for kiln.")
 	return err
+}
+
+// processGroups is the column order of the memory breakdown.
+var processGroups = []string{GroupBuildkitd, GroupRunc, GroupGo, GroupCompile, GroupLink, GroupClient, GroupOther}
+
+// writeMemoryBreakdown is a table of each scenario's peak memory by process
+// group: where a build's memory goes.
+func writeMemoryBreakdown(w io.Writer, scenarios []Scenario) {
+	var rows []Scenario
+	for _, s := range scenarios {
+		if len(s.PeakByProcess) > 0 {
+			rows = append(rows, s)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nPeak memory by process group (each group's own peak; they peak at different times, so a row can add up to more than the total):")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "| scenario | total | %s |\n", strings.Join(processGroups, " | "))
+	fmt.Fprintf(w, "| --- | ---: |%s\n", strings.Repeat(" ---: |", len(processGroups)))
+	for _, s := range rows {
+		fmt.Fprintf(w, "| %s | %s |", s.Name, bytesOrNA(s.PeakMemory))
+		for _, g := range processGroups {
+			if n, ok := s.PeakByProcess[g]; ok {
+				fmt.Fprintf(w, " %s |", bytesOrNA(n))
+			} else {
+				fmt.Fprint(w, " - |")
+			}
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // WriteSVG draws each kiln scenario beside the native one it is measured against.
