@@ -35,13 +35,16 @@ const (
 	GroupOther     = "other"
 )
 
+// processGroup names the group of a process by its comm (at most 15
+// bytes: kiln's daemon is buildkitd-v0.34.2, seen as buildkitd-v0.34).
 func processGroup(comm string) string {
-	switch comm {
-	case "buildkitd", "buildkit-runc", "runc":
-		if comm == "buildkitd" {
-			return GroupBuildkitd
-		}
+	switch {
+	case strings.HasPrefix(comm, "buildkitd"):
+		return GroupBuildkitd
+	case strings.Contains(comm, "runc"):
 		return GroupRunc
+	}
+	switch comm {
 	case "go":
 		return GroupGo
 	case "compile", "asm", "cgo":

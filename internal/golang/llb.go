@@ -268,6 +268,8 @@ func LinkStepName(binary string, target ocispec.Platform) string {
 type Built struct {
 	Binaries map[string]llb.State
 	Steps    map[string]llb.State
+	// Step is the platform's (first) go build step.
+	Step llb.State
 }
 
 // BuildBinaries builds the binaries for one target platform the way a
@@ -279,7 +281,13 @@ type Built struct {
 // binary's content, so the images of binaries whose bytes did not change
 // stay cached. Binaries whose executables go would give the same name go
 // into one more step each.
-func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform) Built {
+//
+// after, when set, is the go build of the platform before this one: the
+// steps wait for it, so platforms build one after another as a developer's
+// go builds do and their compiles and links never run side by side (which
+// doubled the peak memory on two platforms). Every platform's step has the
+// same inputs, so waiting costs no cache hits.
+func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, after *llb.State) Built {
 	out := Built{Binaries: map[string]llb.State{}, Steps: map[string]llb.State{}}
 	var groups [][]plan.Binary
 	for _, b := range bins {
@@ -299,7 +307,10 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform) Built
 		if i > 0 {
 			name += fmt.Sprintf(" (%d)", i+1)
 		}
-		step := g.goBuild(grp, target, g.Plan.GoEnv.BuildArgs, name)
+		step := g.goBuild(grp, target, g.Plan.GoEnv.BuildArgs, name, after)
+		if i == 0 {
+			out.Step = step
+		}
 		for _, b := range grp {
 			exe := b.ExecName
 			if target.OS == "windows" {
@@ -315,7 +326,7 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform) Built
 }
 
 // goBuild is `go build -o /out/ PKG...` of some binaries for one platform.
-func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []string, name string) llb.State {
+func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []string, name string, after *llb.State) llb.State {
 	_, union := g.packageArgs(bins)
 	args := []string{goroot + "/bin/go", "build"}
 	if g.TraceCompiles {
@@ -328,6 +339,9 @@ func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []str
 	var extra []llb.RunOption
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
+	}
+	if after != nil {
+		extra = append(extra, llb.AddMount("/kiln/after", *after, llb.Readonly))
 	}
 	run := g.GoCommand(args, g.Sources(union), target, name, extra...)
 	return run.AddMount(outDir, llb.Scratch())

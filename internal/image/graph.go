@@ -68,17 +68,34 @@ func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.Sta
 	if st, ok := s.binaries[key]; ok {
 		return st
 	}
-	built, ok := s.built[platform]
-	if !ok {
-		built = s.Golang.BuildBinaries(s.Plan.Binaries, target)
-		s.built[platform] = built
-	}
+	built := s.builtFor(target)
 	st := built.Binaries[name]
 	if symbols {
 		st = s.Golang.LinkWithSymbols(*s.Plan.Binary(name), built.Steps[name], target)
 	}
 	s.binaries[key] = st
 	return st
+}
+
+// builtFor is the go build of a platform, after the one of the plan
+// platform before it; a platform outside the plan's (release assets) comes
+// after the last plan platform. The caller holds s.mu.
+func (s *Graph) builtFor(target ocispec.Platform) golang.Built {
+	platform := config.FormatPlatform(target)
+	if b, ok := s.built[platform]; ok {
+		return b
+	}
+	var after *llb.State
+	for _, t := range s.Plan.Platforms {
+		if config.FormatPlatform(t) == platform {
+			break
+		}
+		prev := s.builtFor(t).Step
+		after = &prev
+	}
+	b := s.Golang.BuildBinaries(s.Plan.Binaries, target, after)
+	s.built[platform] = b
+	return b
 }
 
 // imageStates returns each platform's root filesystem of one image, in plan order.
