@@ -478,7 +478,7 @@ func (r *runner) goCacheSize() int64 {
 func (r *runner) prune(ctx context.Context, cacheMounts bool) error {
 	opts := []client.PruneOption{client.PruneAll}
 	if !cacheMounts {
-		opts = append(opts, client.WithFilter([]string{"type!=" + string(client.UsageRecordTypeCacheMount)}))
+		opts = append(opts, buildkit.KeptByPrune) // what `mage buildkit:prune` keeps
 	}
 	return r.daemon.Prune(ctx, nil, opts...)
 }
@@ -498,7 +498,7 @@ func (r *runner) kilnCold(name string, dropCacheMounts bool) func(context.Contex
 		}
 		sc := Scenario{Name: name, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts (a new machine)", Baseline: NativeCold}
 		if !dropCacheMounts {
-			sc.Description, sc.Baseline = "layers pruned, Go cache mounts kept (a developer after a prune)", NativeWarm
+			sc.Description, sc.Baseline = "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", NativeWarm
 		}
 		r.describe(&sc, steps)
 		r.add(sc, []sample{s})

@@ -90,8 +90,13 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	return tw.Flush()
 }
 
-// Prune frees the daemon's build cache. The Go cache mounts stay unless all
-// is set: they are what makes the next cold build fast.
+// KeptByPrune is what Prune keeps unless told to remove everything: the Go
+// cache mounts, which make the next cold build fast, and the local sources'
+// transfer state, so the next build sends only what changed of the toolchain
+// (135 MB) and the repository rather than all of it.
+var KeptByPrune = client.WithFilter([]string{"type!=" + string(client.UsageRecordTypeCacheMount) + ",type!=" + string(client.UsageRecordTypeLocalSource)})
+
+// Prune frees the daemon's build cache, keeping KeptByPrune unless all is set.
 func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	d, err := Connect(ctx, repoRoot)
 	if err != nil {
@@ -100,7 +105,7 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	defer d.Close()
 	opts := []client.PruneOption{client.PruneAll}
 	if !all {
-		opts = append(opts, client.WithFilter([]string{"type!=" + string(client.UsageRecordTypeCacheMount)}))
+		opts = append(opts, KeptByPrune)
 	}
 	ch := make(chan client.UsageInfo)
 	done := make(chan struct{})
@@ -119,7 +124,7 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", d.Address, err)
 	}
-	kept := " (Go cache mounts kept; -all removes them too)"
+	kept := " (Go cache mounts and local transfer state kept; -all removes them too)"
 	if all {
 		kept = ""
 	}

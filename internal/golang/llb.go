@@ -121,13 +121,19 @@ func (g *Graph) goModFiles() llb.State {
 }
 
 // fetchBase is the root filesystem of the download step: git and ssh when
-// modules may come straight from their repositories, else empty.
+// modules may come straight from their repositories, else empty. The tools
+// are copied out of their local source: BuildKit keys a local source on the
+// session that sent it, so a step with one as its (writable) root would run
+// on every build, and a copy is keyed on the files' content.
 func (g *Graph) fetchBase() llb.State {
 	if g.Fetch.Tools == "" {
 		return g.base()
 	}
-	return llb.Local(LocalVCSTools, LocalID(LocalVCSTools), llb.SharedKeyHint(LocalVCSTools),
-		llb.WithCustomName("[go] git and ssh")).Platform(g.Plan.BuildPlatform)
+	tools := llb.Local(LocalVCSTools, LocalID(LocalVCSTools), llb.SharedKeyHint(LocalVCSTools),
+		llb.WithCustomName("[go] git and ssh"))
+	return llb.Scratch().Platform(g.Plan.BuildPlatform).File(
+		llb.Copy(tools, "/", "/", &llb.CopyInfo{CopyDirContentsOnly: true}),
+		llb.WithCustomName("[go] git and ssh root"))
 }
 
 // downloadModules fetches the binaries' modules with network into the
