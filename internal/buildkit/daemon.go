@@ -296,7 +296,9 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 		return err
 	}
 	tmp := m.Binary() + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
+	// The version BuildKit reports (buildctl debug info, the bench's
+	// machine facts) is set at link time; unset, it is v0.0.0+unknown.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
 	cmd.Dir = tools
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
 	if out, err := cmd.CombinedOutput(); err != nil {
