@@ -76,16 +76,8 @@ var executableDigest = sync.OnceValues(func() (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	f, err := os.Open(exe)
-	if err != nil {
-		return "", false
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", false
-	}
-	return hex.EncodeToString(h.Sum(nil)), true
+	sum, err := buildkit.FileSHA256(exe)
+	return sum, err == nil
 })
 
 // upToDate is the record file of one output directory.

@@ -31,7 +31,7 @@ func TestACachedBinaryThatChangedIsRefused(t *testing.T) {
 	if err := m.checkBinary(); !os.IsNotExist(err) {
 		t.Errorf("a binary with no recorded sha256: %v; want it treated as missing (built again)", err)
 	}
-	sum, _ := fileSHA256(m.Binary())
+	sum, _ := FileSHA256(m.Binary())
 	os.WriteFile(m.Binary()+".sha256", []byte(sum+"\n"), 0o644)
 	if err := m.checkBinary(); err != nil {
 		t.Errorf("the recorded binary: %v", err)
