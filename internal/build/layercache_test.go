@@ -13,7 +13,8 @@ func TestRegistryLayerCacheAcrossDaemons(t *testing.T) {
 	reg := testdaemon.StartRegistry(t)
 	ctx := context.Background()
 	cache := "type=registry,ref=" + reg.Addr + "/antrea/cache,mode=max"
-	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64,linux/arm64", Progress: "quiet"}
+	// One platform: the subject is the cache import (CI time).
+	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Progress: "quiet"}
 
 	var first *build.ImagesOutcome
 	outA := t.TempDir()
@@ -42,7 +43,7 @@ func TestRegistryLayerCacheAcrossDaemons(t *testing.T) {
 		}
 		// Every compile step comes from the cache: zero run on B.
 		if ran := append(again.Ran("go build"), again.Ran("binary")...); len(ran) > 0 {
-			t.Errorf("%d of 10 compile steps ran on daemon B: %v", len(ran), ran)
+			t.Errorf("%d compile steps ran on daemon B: %v", len(ran), ran)
 		}
 		for i := range first.Images {
 			if first.Images[i].Digest != again.Images[i].Digest {
