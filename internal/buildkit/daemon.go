@@ -301,7 +301,23 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
 	cmd.Dir = tools
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
-	if out, err := cmd.CombinedOutput(); err != nil {
+	// A build of a minute or more says it is still going.
+	start, done := time.Now(), make(chan struct{})
+	go func() {
+		t := time.NewTicker(20 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				log.G(ctx).Warnf("first run: still building buildkitd %s (%s so far)", Version, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	out, err := cmd.CombinedOutput()
+	close(done)
+	if err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("build buildkitd %s: %w\n%s", Version, err, out)
 	}
