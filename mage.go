@@ -14,16 +14,30 @@ import (
 	"os/exec"
 	"os/signal"
 	"syscall"
+	"time"
 )
+
+// startedEnv names a file the targets remove when they start (targets'
+// init): until then mage is compiling them, silently, for a minute on a
+// fresh machine, so this process says so.
+const startedEnv = "KILN_MAGE_STARTED"
 
 func main() {
 	args := append([]string{"tool", "-C", "magefiles", "mage", "-d", ".", "-w", ".."}, os.Args[1:]...)
 	cmd := exec.Command("go", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	done := make(chan struct{})
+	if marker, err := os.CreateTemp("", "kiln-mage-"); err == nil {
+		marker.Close()
+		defer os.Remove(marker.Name())
+		cmd.Env = append(os.Environ(), startedEnv+"="+marker.Name())
+		go sayCompiling(marker.Name(), done)
+	}
 	// Ctrl-C reaches mage through the terminal's process group; mage
 	// decides the exit code, this process only waits for it.
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
 	err := cmd.Run()
+	close(done)
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
@@ -31,5 +45,32 @@ func main() {
 	case err != nil:
 		fmt.Fprintln(os.Stderr, "mage.go:", err)
 		os.Exit(1)
+	}
+}
+
+// sayCompiling prints a line once the targets have not started for 3 s,
+// then one every 20 s, until they start or mage ends.
+func sayCompiling(marker string, done <-chan struct{}) {
+	start := time.Now()
+	next := 3 * time.Second
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		if _, err := os.Stat(marker); err != nil {
+			return
+		}
+		if waited := time.Since(start); waited >= next {
+			if next == 3*time.Second {
+				fmt.Fprintln(os.Stderr, "kiln: compiling the mage targets (after kiln or the magefile changed; about a minute on a fresh machine)")
+			} else {
+				fmt.Fprintf(os.Stderr, "kiln: still compiling the mage targets (%s)\n", waited.Round(time.Second))
+			}
+			next += 20 * time.Second
+		}
 	}
 }

@@ -476,11 +476,10 @@ func (r *runner) goCacheSize() int64 {
 }
 
 func (r *runner) prune(ctx context.Context, cacheMounts bool) error {
-	opts := []client.PruneOption{client.PruneAll}
 	if !cacheMounts {
-		opts = append(opts, buildkit.KeptByPrune) // what `mage buildkit:prune` keeps
+		return buildkit.PruneUnkept(ctx, r.daemon, nil) // what `mage buildkit:prune` keeps
 	}
-	return r.daemon.Prune(ctx, nil, opts...)
+	return r.daemon.Prune(ctx, nil, client.PruneAll)
 }
 
 func (r *runner) kilnCold(name string, dropCacheMounts bool) func(context.Context) error {

@@ -184,80 +184,83 @@ func TestInterruptExits130AndLeavesNothingPartial(t *testing.T) {
 	}
 }
 
-func TestConcurrentBuildsShareOneDaemon(t *testing.T) {
+// TestOneManagedDaemon runs builds that need a managed daemon of their own
+// but not a cold one each: concurrent first starts, then the context's
+// .dockerignore, on the daemon the first part started.
+func TestOneManagedDaemon(t *testing.T) {
 	m := testdaemon.ManagedCache(t)
-	mage := mageBinary(t)
-	tree := t.TempDir()
-	testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
 
-	outputs := make([]string, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i := range outputs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cmd := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=quiet")
-			cmd.Dir = tree
-			out, err := cmd.CombinedOutput()
-			outputs[i], errs[i] = string(out), err
-		}()
-	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("build %d: %v\n%s", i, err, outputs[i])
+	t.Run("concurrent builds start one daemon and agree", func(t *testing.T) {
+		mage := mageBinary(t)
+		tree := t.TempDir()
+		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
+
+		outputs := make([]string, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i := range outputs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				cmd := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=quiet")
+				cmd.Dir = tree
+				out, err := cmd.CombinedOutput()
+				outputs[i], errs[i] = string(out), err
+			}()
 		}
-	}
-	digests := func(out string) []string {
-		var d []string
-		for _, line := range strings.Split(out, "\n") {
-			if f := strings.Split(line, "\t"); len(f) >= 2 && strings.HasPrefix(f[1], "sha256:") {
-				d = append(d, f[0]+" "+f[1])
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Fatalf("build %d: %v\n%s", i, err, outputs[i])
 			}
 		}
-		return d
-	}
-	a, b := digests(outputs[0]), digests(outputs[1])
-	if len(a) != 2 || fmt.Sprint(a) != fmt.Sprint(b) {
-		t.Errorf("the two builds disagree:\n%v\n%v", a, b)
-	}
-	log, err := os.ReadFile(m.LogFile())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := strings.Count(string(log), "running server on"); n != 1 {
-		t.Errorf("%d daemons started, want 1", n)
-	}
-}
-
-// grepTree reports whether any regular file under dir contains needle.
-
-func TestDockerignoredFilesNeverReachBuildKit(t *testing.T) {
-	m := testdaemon.ManagedCache(t)
-	tree := t.TempDir()
-	testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
-	secret := []byte("KILN_CANARY_SECRET_" + strconv.Itoa(os.Getpid()) + "_do_not_leak")
-	control := []byte("KILN_CANARY_CONTROL_" + strconv.Itoa(os.Getpid()))
-	if err := os.WriteFile(filepath.Join(tree, ".env"), append([]byte("API_TOKEN="), secret...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\n"+string(control)+"\n")
-
-	out, err := build.Images(context.Background(), build.Options{Root: tree, Platforms: "linux/amd64", Progress: "plain", OutDir: filepath.Join(tree, "_output")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := testdaemon.GrepTree(m.Dir, control); !ok {
-		t.Fatal("the control file did not reach BuildKit either: the search proves nothing")
-	}
-	if path, ok := testdaemon.GrepTree(m.Dir, secret); ok {
-		t.Errorf("the .dockerignore'd .env reached BuildKit: %s", path)
-	}
-	for _, img := range out.Images {
-		data, _ := os.ReadFile(img.Path)
-		if bytes.Contains(data, secret) {
-			t.Errorf("%s contains the canary", img.Path)
+		digests := func(out string) []string {
+			var d []string
+			for _, line := range strings.Split(out, "\n") {
+				if f := strings.Split(line, "\t"); len(f) >= 2 && strings.HasPrefix(f[1], "sha256:") {
+					d = append(d, f[0]+" "+f[1])
+				}
+			}
+			return d
 		}
-	}
+		a, b := digests(outputs[0]), digests(outputs[1])
+		if len(a) != 2 || fmt.Sprint(a) != fmt.Sprint(b) {
+			t.Errorf("the two builds disagree:\n%v\n%v", a, b)
+		}
+		log, err := os.ReadFile(m.LogFile())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(log), "running server on"); n != 1 {
+			t.Errorf("%d daemons started, want 1", n)
+		}
+	})
+
+	t.Run("dockerignored files never reach BuildKit", func(t *testing.T) {
+		tree := t.TempDir()
+		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
+		secret := []byte("KILN_CANARY_SECRET_" + strconv.Itoa(os.Getpid()) + "_do_not_leak")
+		control := []byte("KILN_CANARY_CONTROL_" + strconv.Itoa(os.Getpid()))
+		if err := os.WriteFile(filepath.Join(tree, ".env"), append([]byte("API_TOKEN="), secret...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\n"+string(control)+"\n")
+
+		out, err := build.Images(context.Background(), build.Options{Root: tree, Platforms: "linux/amd64", Progress: "plain", OutDir: filepath.Join(tree, "_output")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := testdaemon.GrepTree(m.Dir, control); !ok {
+			t.Fatal("the control file did not reach BuildKit either: the search proves nothing")
+		}
+		if path, ok := testdaemon.GrepTree(m.Dir, secret); ok {
+			t.Errorf("the .dockerignore'd .env reached BuildKit: %s", path)
+		}
+		for _, img := range out.Images {
+			data, _ := os.ReadFile(img.Path)
+			if bytes.Contains(data, secret) {
+				t.Errorf("%s contains the canary", img.Path)
+			}
+		}
+	})
 }

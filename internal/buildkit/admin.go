@@ -90,11 +90,42 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	return tw.Flush()
 }
 
-// KeptByPrune is what Prune keeps unless told to remove everything: the Go
-// cache mounts, which make the next cold build fast, and the local sources'
-// transfer state, so the next build sends only what changed of the toolchain
-// (135 MB) and the repository rather than all of it.
-var KeptByPrune = client.WithFilter([]string{"type!=" + string(client.UsageRecordTypeCacheMount) + ",type!=" + string(client.UsageRecordTypeLocalSource)})
+// ModuleLayerDir is where compile steps mount the module layer; a record
+// described as a mount there is that layer.
+const ModuleLayerDir = "/go/pkg/mod"
+
+// KeptByPrune reports whether Prune keeps a record unless told to remove
+// everything: the Go cache mounts, which make the next cold build fast; the
+// local sources' transfer state, so the next build sends only what changed
+// of the toolchain (135 MB) and the repository; and the module layer, which
+// would otherwise be extracted again from the module cache, file by file
+// (minutes for a large module graph). Each of them is keyed on its content.
+func KeptByPrune(u *client.UsageInfo) bool {
+	switch u.RecordType {
+	case client.UsageRecordTypeCacheMount, client.UsageRecordTypeLocalSource:
+		return true
+	}
+	return strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec ")
+}
+
+// PruneUnkept removes every record KeptByPrune does not keep, sending each
+// removed one to ch when it is not nil.
+func PruneUnkept(ctx context.Context, d *Daemon, ch chan client.UsageInfo) error {
+	usage, err := d.DiskUsage(ctx)
+	if err != nil {
+		return err
+	}
+	var ids []string
+	for _, u := range usage {
+		if !KeptByPrune(u) {
+			ids = append(ids, "id=="+u.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	return d.Prune(ctx, ch, client.PruneAll, client.WithFilter(ids))
+}
 
 // Prune frees the daemon's build cache, keeping KeptByPrune unless all is set.
 func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
@@ -103,10 +134,6 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 		return err
 	}
 	defer d.Close()
-	opts := []client.PruneOption{client.PruneAll}
-	if !all {
-		opts = append(opts, KeptByPrune)
-	}
 	ch := make(chan client.UsageInfo)
 	done := make(chan struct{})
 	var freed int64
@@ -118,13 +145,17 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 			records++
 		}
 	}()
-	err = d.Prune(ctx, ch, opts...)
+	if all {
+		err = d.Prune(ctx, ch, client.PruneAll)
+	} else {
+		err = PruneUnkept(ctx, d, ch)
+	}
 	close(ch)
 	<-done
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", d.Address, err)
 	}
-	kept := " (Go cache mounts and local transfer state kept; -all removes them too)"
+	kept := " (Go cache mounts, local transfer state and the module layer kept; -all removes them too)"
 	if all {
 		kept = ""
 	}

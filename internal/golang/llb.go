@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 )
@@ -31,7 +32,7 @@ const (
 	srcDir     = "/src"
 	outDir     = "/out"
 	goCache    = "/root/.cache/go-build"
-	goModCache = "/go/pkg/mod"
+	goModCache = buildkit.ModuleLayerDir // buildkit:prune keeps the layer mounted there
 	caDir      = "/etc/ssl/certs"
 	// workFile is the workspace file of a go.work build.
 	workFile = srcDir + "/go.work"

@@ -18,7 +18,7 @@ import (
 )
 
 func TestLoadIntoContainerdAndSmoke(t *testing.T) {
-	testdaemon.Buildkit(t)
+	testdaemon.Shared(t)
 	sock := testdaemon.Containerd(t)
 	ctx := context.Background()
 	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64,linux/arm64", Progress: "quiet", OutDir: t.TempDir()}

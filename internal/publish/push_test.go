@@ -20,7 +20,7 @@ import (
 )
 
 func TestPushToARegistry(t *testing.T) {
-	d := testdaemon.Buildkit(t)
+	d := testdaemon.Shared(t)
 	reg := testdaemon.StartRegistry(t)
 	var progress, logs bytes.Buffer
 	logger := logrus.New()

@@ -57,7 +57,7 @@ func statements(t *testing.T, out string) []map[string]json.RawMessage {
 }
 
 func TestRelease(t *testing.T) {
-	testdaemon.Buildkit(t)
+	testdaemon.Shared(t)
 	reg := testdaemon.StartRegistry(t)
 	ctx := context.Background()
 	// A tagged copy of this repository: release:verify checks the tag out.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
@@ -54,6 +55,44 @@ func Buildkit(t *testing.T) *buildkit.Daemon {
 // a registry's CA.
 func BuildkitWithConfig(t *testing.T, extra string) *buildkit.Daemon {
 	t.Helper()
+	d, stop := startBuildkit(t, extra)
+	t.Cleanup(stop)
+	t.Setenv(buildkit.HostEnv, d.Address)
+	return d
+}
+
+var shared struct {
+	sync.Mutex
+	daemon *buildkit.Daemon
+	stop   func()
+}
+
+// Shared is Buildkit for tests whose subject is not the daemon's state: one
+// daemon per test binary, so a later test's build of the same tree is warm.
+// The package's TestMain calls StopShared.
+func Shared(t *testing.T) *buildkit.Daemon {
+	t.Helper()
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.daemon == nil {
+		shared.daemon, shared.stop = startBuildkit(t, "")
+	}
+	t.Setenv(buildkit.HostEnv, shared.daemon.Address)
+	return shared.daemon
+}
+
+// StopShared stops the daemon Shared started, if any.
+func StopShared() {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.stop != nil {
+		shared.stop()
+		shared.daemon, shared.stop = nil, nil
+	}
+}
+
+func startBuildkit(t *testing.T, extra string) (*buildkit.Daemon, func()) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs buildkitd")
 	}
@@ -84,15 +123,15 @@ func BuildkitWithConfig(t *testing.T, extra string) *buildkit.Daemon {
 	}
 	c, err := m.Ensure(context.Background())
 	if err != nil {
+		os.RemoveAll(dir)
 		Unavailable(t, "cannot start buildkitd: %v", err)
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		c.Close()
 		m.Stop(context.Background())
 		os.RemoveAll(dir)
-	})
-	t.Setenv(buildkit.HostEnv, m.Address())
-	return &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}
+	}
+	return &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}, stop
 }
 
 // ManagedCache gives the test its own kiln cache dir (KILN_CACHE_DIR), so

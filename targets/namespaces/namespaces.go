@@ -258,9 +258,9 @@ func (Buildkit) Setup(ctx context.Context) error {
 	return nil
 }
 
-// Frees the daemon's build cache, keeping the Go cache mounts.
+// Frees the daemon's build cache, keeping the Go cache mounts, the module layer and the local transfer state.
 //
-//	-all   remove the Go cache mounts too
+//	-all   remove those too
 func (Buildkit) Prune(ctx context.Context, all *bool) error {
 	cli.Logging()
 	return buildkit.Prune(ctx, ".", cli.Bool(all), os.Stdout)
