@@ -10,6 +10,7 @@ require (
 	github.com/containernetworking/cni v1.3.1
 	github.com/distribution/reference v0.6.0
 	github.com/docker/cli v29.8.2+incompatible
+	github.com/in-toto/in-toto-golang v0.11.0
 	github.com/magefile/mage v1.17.2
 	github.com/moby/buildkit v0.34.2
 	github.com/moby/patternmatcher v0.6.1
@@ -27,6 +28,7 @@ require (
 	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.25.0
 	google.golang.org/grpc v1.84.0
+	google.golang.org/protobuf v1.36.12
 	k8s.io/klog/v2 v2.140.0
 )
 
@@ -57,7 +59,6 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
 	github.com/in-toto/attestation v1.2.0 // indirect
-	github.com/in-toto/in-toto-golang v0.11.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/compress v1.20.2 // indirect
 	github.com/moby/locker v1.0.1 // indirect
@@ -98,7 +99,6 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260825221802-da73d73af1c5 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260825221802-da73d73af1c5 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 	gotest.tools/v3 v3.5.2 // indirect
 )
 

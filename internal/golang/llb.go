@@ -3,6 +3,8 @@ package golang
 import (
 	"fmt"
 	"os"
+	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -31,6 +33,7 @@ const (
 	goroot     = "/usr/local/go"
 	srcDir     = "/src"
 	outDir     = "/out"
+	keepDir    = "/kiln/keep"
 	goCache    = "/root/.cache/go-build"
 	goModCache = buildkit.ModuleLayerDir // buildkit:prune keeps the layer mounted there
 	caDir      = "/etc/ssl/certs"
@@ -237,9 +240,60 @@ func (g *Graph) Sources(b plan.Binary) llb.State {
 	return llb.Scratch().File(
 		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
 			CopyDirContentsOnly: true,
-			IncludePatterns:     escapePatterns(b.Files),
+			IncludePatterns:     sourcePatterns(g.Plan.Root, b.Files),
 			AllowEmptyWildcard:  true,
 		}), llb.WithCustomNamef("[%s] sources", b.Name))
+}
+
+// sourcePatterns are the include patterns of files: one per file, except
+// that a directory all of whose *.go entries are listed gets one dir/*.go
+// pattern for them. BuildKit matches every path of the context against
+// every pattern, and a vendored tree lists thousands of files. The patterns
+// select exactly the listed files as the directories are now; the plan
+// changes (and so do these) when a directory's listing does.
+func sourcePatterns(root string, files []string) []string {
+	byDir := map[string][]string{}
+	for _, f := range files {
+		if strings.HasSuffix(f, ".go") {
+			byDir[path.Dir(f)] = append(byDir[path.Dir(f)], path.Base(f))
+		}
+	}
+	whole := map[string]bool{}
+	for dir, listed := range byDir {
+		entries, err := os.ReadDir(filepath.Join(root, filepath.FromSlash(dir)))
+		if err != nil {
+			continue
+		}
+		n := 0
+		for _, e := range entries {
+			if strings.HasSuffix(e.Name(), ".go") {
+				n++
+				if !slices.Contains(listed, e.Name()) {
+					n = -1
+					break
+				}
+			}
+		}
+		whole[dir] = n == len(listed)
+	}
+	var out []string
+	done := map[string]bool{}
+	for _, f := range files {
+		dir := path.Dir(f)
+		if !strings.HasSuffix(f, ".go") || !whole[dir] {
+			out = append(out, escapePatterns([]string{f})[0])
+			continue
+		}
+		if !done[dir] {
+			done[dir] = true
+			pattern := "*.go"
+			if dir != "." {
+				pattern = escapePatterns([]string{dir})[0] + "/*.go"
+			}
+			out = append(out, pattern)
+		}
+	}
+	return out
 }
 
 // Env is the complete environment of a compile step for one platform: the
@@ -319,31 +373,53 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, after
 			out.Step = step
 		}
 		for _, b := range grp {
-			exe := b.ExecName
-			if target.OS == "windows" {
-				exe += ".exe"
-			}
 			out.Steps[b.Name] = step
 			out.Binaries[b.Name] = llb.Scratch().File(
-				llb.Copy(step, "/"+exe, "/"+b.Name),
+				llb.Copy(step, "/"+ExecFile(b, target), "/"+b.Name),
 				llb.WithCustomName(LinkStepName(b.Name, target)))
 		}
 	}
 	return out
 }
 
-// goBuild is `go build -o /out/ PKG...` of some binaries for one platform.
+// ExecFile is the file name go build -o DIR/ gives the binary on target.
+func ExecFile(b plan.Binary, target ocispec.Platform) string {
+	if target.OS == "windows" {
+		return b.ExecName + ".exe"
+	}
+	return b.ExecName
+}
+
+// KeptBinariesCacheID is the cache mount where a platform's go build keeps
+// the binaries it linked, beside the Go build cache it belongs with: an
+// isolated or seeded Go cache gets its own.
+func KeptBinariesCacheID(goCacheID string, target ocispec.Platform) string {
+	return goCacheID + "-binaries-" + strings.ReplaceAll(config.FormatPlatform(target), "/", "-")
+}
+
+// goBuild is `go build -o DIR/ PKG...` of some binaries for one platform,
+// run by kilnstep where the last build's binaries are kept; the step's
+// output holds the binaries at /<exec name>.
 func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []string, name string, after *llb.State) llb.State {
 	_, union := g.packageArgs(bins)
-	args := []string{goroot + "/bin/go", "build"}
+	var names []string
+	for _, b := range bins {
+		names = append(names, ExecFile(b, target))
+	}
+	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), "--", goroot + "/bin/go", "build"}
 	if g.TraceCompiles {
 		args = append(args, "-x")
 	}
-	args = append(append(args, flags...), "-o", outDir+"/")
+	args = append(append(args, flags...), "-o", keepDir+"/")
 	for _, b := range bins {
 		args = append(args, b.Package)
 	}
-	var extra []llb.RunOption
+	// The binaries go linked last time for this platform: go relinks only
+	// those whose inputs changed. Locked: one go build writes there at once.
+	extra := []llb.RunOption{
+		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
+		llb.AddMount(keepDir, llb.Scratch(), llb.AsPersistentCacheDir(KeptBinariesCacheID(g.Plan.Cache.GoCache, target), llb.CacheMountLocked)),
+	}
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}

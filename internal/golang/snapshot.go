@@ -13,15 +13,15 @@ import (
 // LocalGoCacheSnapshot is the local source of a verified Go cache snapshot.
 const LocalGoCacheSnapshot = "gocache-snapshot"
 
-//go:embed gocachesnap/main.go
-var gocachesnapSource []byte
+//go:embed kilnstep/main.go
+var kilnstepSource []byte
 
-// cacheTool builds gocachesnap for the build platform with the pinned
+// stepTool builds kilnstep for the build platform with the pinned
 // toolchain, in a GOCACHE of its own so that it adds nothing to the build's.
-func (g *Graph) cacheTool() llb.State {
-	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, gocachesnapSource), llb.WithCustomName("[go cache] gocachesnap source"))
+func (g *Graph) stepTool() llb.State {
+	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, kilnstepSource), llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
-		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", outDir + "/gocachesnap", "main.go"}),
+		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", outDir + "/kilnstep", "main.go"}),
 		llb.Dir(srcDir),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),
@@ -36,7 +36,7 @@ func (g *Graph) cacheTool() llb.State {
 		llb.AddMount(srcDir, src, llb.Readonly),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),
-		llb.WithCustomName("[go cache] build gocachesnap"),
+		llb.WithCustomName("[go] build kilnstep"),
 	)
 	return run.AddMount(outDir, llb.Scratch())
 }
@@ -64,9 +64,9 @@ func (g *Graph) Snapshot(bins []plan.Binary, targets []ocispec.Platform, max int
 	dt, _ := json.Marshal(spec) // plain strings and numbers
 	specDir := llb.Scratch().File(llb.Mkfile("/spec.json", 0o644, dt), llb.WithCustomName("[go cache] snapshot spec"))
 	run := g.base().Run(
-		llb.Args([]string{"/kiln/bin/gocachesnap", "snapshot", "/kiln/spec/spec.json", outDir}),
+		llb.Args([]string{"/kiln/bin/kilnstep", "snapshot", "/kiln/spec/spec.json", outDir}),
 		llb.Dir(srcDir),
-		llb.AddMount("/kiln/bin", g.cacheTool(), llb.Readonly),
+		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
 		llb.AddMount("/kiln/spec", specDir, llb.Readonly),
 		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
 		llb.AddMount(srcDir, g.Sources(union), llb.Readonly),
@@ -86,8 +86,8 @@ func (g *Graph) Seed(dir, digest string) {
 	snap := llb.Local(LocalGoCacheSnapshot, LocalID(dir), llb.SharedKeyHint(LocalGoCacheSnapshot),
 		llb.WithCustomNamef("[go cache] snapshot %s", digest))
 	run := g.base().Run(
-		llb.Args([]string{"/kiln/bin/gocachesnap", "seed", "/kiln/snapshot", goCache}),
-		llb.AddMount("/kiln/bin", g.cacheTool(), llb.Readonly),
+		llb.Args([]string{"/kiln/bin/kilnstep", "seed", "/kiln/snapshot", goCache}),
+		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
 		llb.AddMount("/kiln/snapshot", snap, llb.Readonly),
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 		llb.Network(llb.NetModeNone),

@@ -62,7 +62,7 @@ func steps(t *testing.T, p *plan.Plan) ([]step, [][]byte) {
 func compileSteps(t *testing.T, all []step) []step {
 	var out []step
 	for _, s := range all {
-		if e := s.op.GetExec(); e != nil && (e.Meta.Args[1] == "build" || e.Meta.Args[1] == "list") {
+		if e := s.op.GetExec(); e != nil && s.name != "[go] build kilnstep" && (e.Meta.Args[1] == "build" || e.Meta.Args[1] == "list" || e.Meta.Args[1] == "gobuild") {
 			out = append(out, s)
 		}
 	}
@@ -137,12 +137,18 @@ func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
 		for _, m := range e.Mounts {
 			if m.MountType == pb.MountType_CACHE {
 				caches = append(caches, m.Dest+"="+m.CacheOpt.ID)
-				if m.CacheOpt.Sharing != pb.CacheSharingOpt_SHARED {
-					t.Errorf("%s: cache %s is not shared", s.name, m.CacheOpt.ID)
+				// The kept binaries are written by one go build at a time.
+				if want := pb.CacheSharingOpt_SHARED; m.Dest == "/root/.cache/go-build" && m.CacheOpt.Sharing != want ||
+					m.Dest != "/root/.cache/go-build" && m.CacheOpt.Sharing != pb.CacheSharingOpt_LOCKED {
+					t.Errorf("%s: cache %s is shared as %v", s.name, m.CacheOpt.ID, m.CacheOpt.Sharing)
 				}
 			}
 		}
 		want := []string{"/root/.cache/go-build=" + p.Cache.GoCache}
+		if e.Meta.Args[1] == "gobuild" {
+			target := envValue(e.Meta.Env, "GOOS") + "/" + envValue(e.Meta.Env, "GOARCH")
+			want = append([]string{"/kiln/keep=" + p.Cache.GoCache + "-binaries-" + strings.ReplaceAll(target, "/", "-")}, want...)
+		}
 		if !slices.Equal(caches, want) {
 			t.Errorf("%s: cache mounts %v, want %v", s.name, caches, want)
 		}
@@ -216,6 +222,9 @@ func TestEveryVertexIsNamed(t *testing.T) {
 // buildFlags are the build flags after "go build" or "go list", up to the
 // output, the list flags or the packages.
 func buildFlags(args []string) []string {
+	if i := slices.Index(args, "--"); args[1] == "gobuild" && i > 0 {
+		args = args[i+1:] // kilnstep gobuild KEEP OUT NAMES -- go build ...
+	}
 	var flags []string
 	for _, a := range args[2:] {
 		if a == "-o" || a == "-e" || !strings.HasPrefix(a, "-") {

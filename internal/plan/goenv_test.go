@@ -20,13 +20,13 @@ func TestGoEnvIsTheOneEnvironmentOfEveryCompile(t *testing.T) {
 	}{
 		{"defaults", config.GoEnv{}, ModReadonly,
 			[]string{"CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=-mod=readonly", "GOPROXY=off", "GOSUMDB=off"},
-			[]string{"-trimpath", "-buildvcs=false", "-ldflags=-buildid= -X m/version.Version=v1"}},
+			[]string{"-trimpath", "-buildvcs=false", "-ldflags=-X m/version.Version=v1"}},
 		{"vendor mode, tags, gcflags and ldflags", config.GoEnv{Tags: []string{"a", "b"}, GCFlags: "-N", LDFlags: "-s -w"}, ModVendor,
 			[]string{"CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=-mod=vendor", "GOPROXY=off", "GOSUMDB=off"},
-			[]string{"-trimpath", "-buildvcs=false", "-tags=a,b", "-gcflags=-N", "-ldflags=-s -w -buildid= -X m/version.Version=v1"}},
+			[]string{"-trimpath", "-buildvcs=false", "-tags=a,b", "-gcflags=-N", "-ldflags=-s -w -X m/version.Version=v1"}},
 		{"configured GOFLAGS keep all but -mod; env sorted", config.GoEnv{Env: map[string]string{"GOFLAGS": "-mod=mod -p=2", "GOAMD64": "v3", "GOEXPERIMENT": "x"}}, ModReadonly,
 			[]string{"CGO_ENABLED=0", "GOTOOLCHAIN=local", "GOFLAGS=-p=2 -mod=readonly", "GOPROXY=off", "GOSUMDB=off", "GOAMD64=v3", "GOEXPERIMENT=x"},
-			[]string{"-trimpath", "-buildvcs=false", "-ldflags=-buildid= -X m/version.Version=v1"}},
+			[]string{"-trimpath", "-buildvcs=false", "-ldflags=-X m/version.Version=v1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := goEnv(&config.Config{Go: tc.goCfg}, stamp, tc.modMode)

@@ -307,8 +307,10 @@ func goEnv(cfg *config.Config, stamp Stamp, modMode string) GoEnv {
 	if cfg.Go.GCFlags != "" {
 		args = append(args, "-gcflags="+cfg.Go.GCFlags)
 	}
+	// The Go build ID stays: it is a hash of the link's inputs and output,
+	// the same on every machine, and it is how go build knows a binary it
+	// linked before is up to date, so an edit relinks only what it reaches.
 	ld := strings.Fields(cfg.Go.LDFlags)
-	ld = append(ld, "-buildid=")
 	ld = append(ld, stamp.LDFlags...)
 	args = append(args, "-ldflags="+strings.Join(ld, " "))
 	return GoEnv{Env: env, BuildArgs: args}

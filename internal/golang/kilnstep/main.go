@@ -1,0 +1,316 @@
+// Command kilnstep is what kiln's steps run besides the go command. kiln
+// builds it inside BuildKit with the pinned toolchain. It moves Go build
+// cache entries between the BuildKit cache mount kiln compiles with and a
+// plain directory, and runs go build where the binaries it linked last time
+// are kept:
+//
+//	kilnstep snapshot SPEC OUT  copies the entries the build's packages use
+//	kilnstep seed SRC GOCACHE   adds a verified snapshot's entries
+//	kilnstep gobuild KEEP OUT NAMES -- GO ARGS...
+//	                            runs go build -o KEEP/ (it relinks only the
+//	                            binaries whose inputs changed) and copies
+//	                            NAMES (comma-separated) to OUT
+//
+// It uses the standard library only, so that it compiles quickly.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Spec says which go commands find the entries to snapshot.
+type Spec struct {
+	GoCache string `json:"gocache"`
+	// Max is the largest snapshot in bytes.
+	Max  int64 `json:"max"`
+	Runs []struct {
+		Env  []string `json:"env"`
+		Args []string `json:"args"`
+	} `json:"runs"`
+}
+
+func main() {
+	var err error
+	switch {
+	case len(os.Args) == 4 && os.Args[1] == "snapshot":
+		err = snapshot(os.Args[2], os.Args[3])
+	case len(os.Args) == 4 && os.Args[1] == "seed":
+		err = seed(os.Args[2], os.Args[3])
+	case len(os.Args) > 6 && os.Args[1] == "gobuild" && os.Args[5] == "--":
+		err = gobuild(os.Args[2], os.Args[3], strings.Split(os.Args[4], ","), os.Args[6:])
+	default:
+		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES -- GO ARGS...")
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		os.Exit(exit.ExitCode()) // go printed why
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kilnstep:", err)
+		os.Exit(1)
+	}
+}
+
+// snapshot runs each go command with GODEBUG=gocachehash=1, which prints
+// the action ID of every package it builds or finds cached, and copies the
+// action entry (-a) and output entry (-d) of each.
+func snapshot(specFile, out string) error {
+	dt, err := os.ReadFile(specFile)
+	if err != nil {
+		return err
+	}
+	var spec Spec
+	if err := json.Unmarshal(dt, &spec); err != nil {
+		return err
+	}
+	ids := map[string]bool{}
+	for _, run := range spec.Runs {
+		var stderr bytes.Buffer
+		cmd := exec.Command(run.Args[0], run.Args[1:]...)
+		cmd.Env = append(run.Env, "GODEBUG=gocachehash=1")
+		cmd.Stdout, cmd.Stderr = os.Stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s: %v\n%s", strings.Join(run.Args, " "), err, lastLines(stderr.String(), 20))
+		}
+		sc := bufio.NewScanner(&stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if !strings.HasPrefix(line, "HASH[build ") {
+				continue
+			}
+			if i := strings.LastIndex(line, "]: "); i > 0 && isID(line[i+3:]) {
+				ids[line[i+3:]] = true
+			}
+		}
+	}
+	sorted := make([]string, 0, len(ids))
+	for id := range ids {
+		sorted = append(sorted, id)
+	}
+	sort.Strings(sorted)
+	var total int64
+	entries := 0
+	for _, id := range sorted {
+		action := filepath.Join(spec.GoCache, id[:2], id+"-a")
+		dt, err := os.ReadFile(action)
+		if err != nil {
+			continue // not cached: nothing to carry
+		}
+		f := strings.Fields(string(dt))
+		if len(f) < 3 || !isID(f[2]) {
+			continue
+		}
+		output := filepath.Join(spec.GoCache, f[2][:2], f[2]+"-d")
+		n, err := copyFile(output, filepath.Join(out, f[2][:2], f[2]+"-d"))
+		if err != nil {
+			continue // an action without its output is of no use
+		}
+		if _, err := copyFile(action, filepath.Join(out, id[:2], id+"-a")); err != nil {
+			return err
+		}
+		total += n + int64(len(dt))
+		entries++
+		if spec.Max > 0 && total > spec.Max {
+			return fmt.Errorf("the Go cache snapshot passed its cap of %d bytes after %d of %d entries; raise cache.gocacheMax in build/kiln.yaml", spec.Max, entries, len(sorted))
+		}
+	}
+	fmt.Printf("snapshot: %d entries, %d bytes, of %d packages\n", entries, total, len(sorted))
+	return nil
+}
+
+// seed copies the entries GOCACHE lacks; kiln verified them beforehand.
+func seed(src, gocache string) error {
+	added, present := 0, 0
+	err := filepath.Walk(src, func(path string, fi os.FileInfo, err error) error {
+		if err != nil || !fi.Mode().IsRegular() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		dest := filepath.Join(gocache, rel)
+		if _, err := os.Stat(dest); err == nil {
+			present++
+			return nil
+		}
+		tmp := dest + ".seed"
+		if _, err := copyFile(path, tmp); err != nil {
+			return err
+		}
+		added++
+		return os.Rename(tmp, dest)
+	})
+	fmt.Printf("seed: %d entries added, %d already present\n", added, present)
+	return err
+}
+
+func isID(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// copyFile writes a fresh file (a current mtime keeps go's cache trimming
+// from deleting it early) and returns its size.
+func copyFile(src, dest string) (int64, error) {
+	in, err := os.Open(src)
+	if err != nil {
+		return 0, err
+	}
+	defer in.Close()
+	if err := os.MkdirAll(filepath.Dir(dest), 0o777); err != nil {
+		return 0, err
+	}
+	out, err := os.OpenFile(dest, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o666)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(out, in)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// keptFile is what gobuild recorded of a binary it left in KEEP.
+type keptFile struct {
+	Size    int64 `json:"size"`
+	ModTime int64 `json:"modTime"`
+}
+
+const keptRecord = ".kilnstep-kept.json"
+
+// gobuild runs the go command, whose -o is KEEP/, and copies the named
+// binaries to OUT. go skips the link of a binary in KEEP whose build ID
+// says it was linked from the same inputs, so an edit relinks only the
+// binaries it reaches. go writes over a binary in place, so one that a
+// killed step left half-written could carry the right build ID: a binary
+// is kept only as gobuild recorded it after a go build that succeeded.
+func gobuild(keep, out string, names, goArgs []string) error {
+	var kept map[string]keptFile
+	if dt, err := os.ReadFile(filepath.Join(keep, keptRecord)); err == nil {
+		json.Unmarshal(dt, &kept) // an unreadable record keeps nothing
+	}
+	entries, err := os.ReadDir(keep)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.Name() == keptRecord {
+			continue
+		}
+		info, err := e.Info()
+		if k, ok := kept[e.Name()]; err == nil && ok && info.Mode().IsRegular() && info.Size() == k.Size && info.ModTime().UnixNano() == k.ModTime {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(keep, e.Name())); err != nil {
+			return err
+		}
+	}
+	// A failure from here on leaves the record naming binaries go may have
+	// rewritten: their size or mtime no longer match, so they are not kept.
+	cmd := exec.Command(goArgs[0], goArgs[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return err
+	}
+	next := map[string]keptFile{}
+	for _, name := range names {
+		if err := copyBlankingBuildID(filepath.Join(keep, name), filepath.Join(out, name)); err != nil {
+			return err
+		}
+		info, err := os.Stat(filepath.Join(keep, name))
+		if err != nil {
+			return err
+		}
+		next[name] = keptFile{Size: info.Size(), ModTime: info.ModTime().UnixNano()}
+	}
+	for name, k := range kept {
+		if _, ok := next[name]; !ok {
+			if info, err := os.Stat(filepath.Join(keep, name)); err == nil && info.Size() == k.Size && info.ModTime().UnixNano() == k.ModTime {
+				next[name] = k
+			}
+		}
+	}
+	dt, _ := json.Marshal(next)
+	tmp := filepath.Join(keep, keptRecord+".tmp")
+	if err := os.WriteFile(tmp, dt, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(keep, keptRecord))
+}
+
+// copyBlankingBuildID copies a binary with every copy of its build IDs
+// (Go's, and the ELF GNU note derived from it) overwritten by zeros of the
+// same length. The IDs hash the link's inputs, so code the linker drops
+// would still change them; blanked, a binary is the same bytes whenever it
+// links to the same program.
+func copyBlankingBuildID(src, dest string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	for _, id := range buildIDs(data) {
+		data = bytes.ReplaceAll(data, id, make([]byte, len(id)))
+	}
+	return os.WriteFile(dest, data, 0o755)
+}
+
+// buildIDs are the build IDs the Go linker wrote: ELF notes, else the
+// marker at the start of the text of other formats.
+func buildIDs(data []byte) [][]byte {
+	if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
+		var ids [][]byte
+		for _, n := range []struct{ section, owner string }{{".note.go.buildid", "Go\x00\x00"}, {".note.gnu.build-id", "GNU\x00"}} {
+			sec := f.Section(n.section)
+			if sec == nil {
+				continue
+			}
+			note, err := sec.Data()
+			// namesz, descsz, type, the owner's name padded to 4, the ID.
+			if err != nil || len(note) < 12+len(n.owner) || string(note[12:12+len(n.owner)]) != n.owner {
+				continue
+			}
+			start := 12 + len(n.owner)
+			if end := start + int(f.ByteOrder.Uint32(note[4:8])); end <= len(note) && end > start {
+				ids = append(ids, note[start:end])
+			}
+		}
+		return ids
+	}
+	const marker = "\xff Go build ID: \""
+	head := data[:min(len(data), 32<<10)]
+	i := bytes.Index(head, []byte(marker))
+	if i < 0 {
+		return nil
+	}
+	rest := head[i+len(marker):]
+	if j := bytes.IndexByte(rest, '"'); j > 0 {
+		return [][]byte{bytes.Clone(rest[:j])}
+	}
+	return nil
+}

@@ -1,0 +1,69 @@
+package golang
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/moby/patternmatcher"
+)
+
+// TestSourcePatternsSelectExactlyTheListedFiles: a directory whose *.go
+// files are all listed gets one pattern, and the patterns match exactly the
+// listed files of the tree, as BuildKit matches them.
+func TestSourcePatternsSelectExactlyTheListedFiles(t *testing.T) {
+	root := t.TempDir()
+	tree := []string{
+		"go.mod", "main.go", "README.md",
+		"vendor/m/a.go", "vendor/m/b_linux.go", "vendor/m/LICENSE", "vendor/m/sub/c.go",
+		"pkg/x/x.go", "pkg/x/x_test.go", "pkg/x/data.txt",
+		"pkg/y/y.go", "pkg/y/odd[1].go", "pkg/y/dir.go/inner.go",
+		"pkg/z/z.go", "pkg/z/embed/file.txt",
+	}
+	for _, f := range tree {
+		p := filepath.Join(root, filepath.FromSlash(f))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := []string{"go.mod", "main.go", "pkg/x/data.txt", "pkg/x/x.go", "pkg/y/odd[1].go", "pkg/y/y.go",
+		"pkg/z/embed/file.txt", "pkg/z/z.go", "vendor/m/a.go", "vendor/m/b_linux.go", "vendor/m/sub/c.go"}
+	patterns := sourcePatterns(root, listed)
+	for _, want := range []string{"*.go", "vendor/m/*.go", "vendor/m/sub/*.go", "pkg/z/*.go"} {
+		if !slices.Contains(patterns, want) {
+			t.Errorf("patterns %v lack %s", patterns, want)
+		}
+	}
+	for _, whole := range []string{"pkg/x/*.go", "pkg/y/*.go"} {
+		if slices.Contains(patterns, whole) {
+			t.Errorf("%s in %v: that directory has unlisted *.go entries", whole, patterns)
+		}
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var matched []string
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		rel, _ := filepath.Rel(root, p)
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if ok, _ := pm.MatchesOrParentMatches(filepath.ToSlash(rel)); ok {
+			matched = append(matched, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	slices.Sort(matched)
+	if !slices.Equal(matched, listed) {
+		t.Errorf("the patterns %v select\n%s\nwant\n%s", patterns, strings.Join(matched, "\n"), strings.Join(listed, "\n"))
+	}
+	if len(patterns) >= len(listed) {
+		t.Errorf("%d patterns for %d files: nothing was merged", len(patterns), len(listed))
+	}
+}
