@@ -731,7 +731,8 @@ func (e *editor) edit(pkg string, n int) (string, error) {
 	} else {
 		data = e.files[file]
 	}
-	edited := append(slices.Clone(data), fmt.Sprintf("\n// kiln bench edit %d\n", n)...)
+	// Code the linker keeps: each edit is a new binary, as a real one is.
+	edited := append(slices.Clone(data), fmt.Sprintf("\nvar kilnBenchEdit = %d\n\nfunc init() { kilnBenchEdit++ }\n", n)...)
 	return file, os.WriteFile(file, edited, 0o644)
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -493,6 +494,25 @@ func TestImagesIntegration(t *testing.T) {
 		cni.Env = []string{"CNI_COMMAND=VERSION"}
 		if out, err := cni.Output(); err != nil || !strings.Contains(string(out), `"supportedVersions"`) {
 			t.Errorf("antrea-cni VERSION: %v %s", err, out)
+		}
+	})
+
+	t.Run("an edit relinks only the binary it reaches; the others are kept", func(t *testing.T) {
+		o := editedCopy(t, opts, "")
+		o.Platforms = "linux/amd64"
+		if _, err := build.Binaries(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		testdaemon.AppendLine(t, filepath.Join(o.Root, "pkg/agent/agent.go"), "\nfunc init() { println() }\n")
+		var progress bytes.Buffer
+		o.Progress, o.ProgressOut, o.TraceCompiles = "plain", &progress, true
+		if _, err := build.Binaries(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		links := strings.Count(progress.String(), "/pkg/tool/linux_amd64/link -o ")
+		written := regexp.MustCompile(`(?m)(?:cp|mv) \S+ /kiln/keep/(\S+)$`).FindAllStringSubmatch(progress.String(), -1)
+		if links != 1 || len(written) != 1 || written[0][1] != "antrea-agent" {
+			t.Errorf("%d links, wrote %v; want one link, of antrea-agent alone:\n%s", links, written, progress.String())
 		}
 	})
 

@@ -90,22 +90,28 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	return tw.Flush()
 }
 
-// ModuleLayerDir is where compile steps mount the module layer; a record
-// described as a mount there is that layer.
-const ModuleLayerDir = "/go/pkg/mod"
+// ModuleLayerDir is where compile steps mount the module layer, and
+// ToolsDir where the step that builds kiln's step tool writes it. A record
+// described as a mount of one of them is that layer or that tool.
+const (
+	ModuleLayerDir = "/go/pkg/mod"
+	ToolsDir       = "/kiln/tools"
+)
 
 // KeptByPrune reports whether Prune keeps a record unless told to remove
 // everything: the Go cache mounts, which make the next cold build fast; the
 // local sources' transfer state, so the next build sends only what changed
-// of the toolchain (135 MB) and the repository; and the module layer, which
+// of the toolchain (135 MB) and the repository; the module layer, which
 // would otherwise be extracted again from the module cache, file by file
-// (minutes for a large module graph). Each of them is keyed on its content.
+// (minutes for a large module graph); and kiln's step tool, which would be
+// linked again. Each of them is keyed on its content.
 func KeptByPrune(u *client.UsageInfo) bool {
 	switch u.RecordType {
 	case client.UsageRecordTypeCacheMount, client.UsageRecordTypeLocalSource:
 		return true
 	}
-	return strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec ")
+	return strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec ") ||
+		strings.HasPrefix(u.Description, "mount "+ToolsDir+" from exec ")
 }
 
 // PruneUnkept removes every record KeptByPrune does not keep, sending each

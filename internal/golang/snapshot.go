@@ -7,6 +7,7 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -17,15 +18,17 @@ const LocalGoCacheSnapshot = "gocache-snapshot"
 var kilnstepSource []byte
 
 // stepTool builds kilnstep for the build platform with the pinned
-// toolchain, in a GOCACHE of its own so that it adds nothing to the build's.
+// toolchain. It shares the build's GOCACHE, whose standard library
+// packages the binaries need as well, and writes to buildkit.ToolsDir, so
+// buildkit:prune keeps it.
 func (g *Graph) stepTool() llb.State {
 	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, kilnstepSource), llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
-		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", outDir + "/kilnstep", "main.go"}),
+		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/kilnstep", "main.go"}),
 		llb.Dir(srcDir),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),
-		llb.AddEnv("GOCACHE", "/tmp/gocache"),
+		llb.AddEnv("GOCACHE", goCache),
 		llb.AddEnv("CGO_ENABLED", "0"),
 		llb.AddEnv("GOTOOLCHAIN", "local"),
 		llb.AddEnv("GOWORK", "off"),
@@ -34,11 +37,12 @@ func (g *Graph) stepTool() llb.State {
 		llb.AddEnv("GOARCH", g.Plan.BuildPlatform.Architecture),
 		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
 		llb.AddMount(srcDir, src, llb.Readonly),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName("[go] build kilnstep"),
 	)
-	return run.AddMount(outDir, llb.Scratch())
+	return run.AddMount(buildkit.ToolsDir, llb.Scratch())
 }
 
 type snapshotRun struct {
