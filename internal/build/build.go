@@ -364,7 +364,7 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 	if err != nil {
 		return nil, err
 	}
-	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
+	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalSources: p.Root, golang.LocalToolchain: tcDir}
 	var fetch *golang.Fetch
 	var attach []bksession.Attachable
 	if len(p.Modules) > 0 {

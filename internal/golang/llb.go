@@ -21,6 +21,7 @@ import (
 // Local source names the solve must map to directories on the client.
 const (
 	LocalContext   = "context"
+	LocalSources   = "sources"
 	LocalToolchain = "go-toolchain"
 	LocalCACerts   = "ca-certificates"
 	// CABundle is the file of LocalCACerts the download step trusts.
@@ -87,6 +88,9 @@ type Graph struct {
 	Modules llb.State
 	// Fetch is how the download step reaches modules.
 	Fetch *Fetch
+	// Excludes are the context's .dockerignore patterns; the sources obey
+	// them too.
+	Excludes []string
 	// TraceCompiles runs the package steps with -x, so their output shows
 	// every package that was compiled rather than found in GOCACHE.
 	TraceCompiles bool
@@ -234,15 +238,22 @@ func fetchProxy(env []string) string {
 	return "https://proxy.golang.org,direct"
 }
 
-// Sources is one binary's source files alone, so an edit elsewhere in the
-// repository does not change its compile step's cache key.
+// Sources is the files go reads to build a binary (or a union of binaries)
+// alone, so an edit elsewhere in the repository does not change its go
+// build step's cache key. It is a local source of its own, filtered on the
+// client: BuildKit keeps it from build to build and receives only what
+// changed, where a copy out of the context wrote every file again.
 func (g *Graph) Sources(b plan.Binary) llb.State {
-	return llb.Scratch().File(
-		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
-			CopyDirContentsOnly: true,
-			IncludePatterns:     sourcePatterns(g.Plan.Root, b.Files),
-			AllowEmptyWildcard:  true,
-		}), llb.WithCustomNamef("[%s] sources", b.Name))
+	patterns := sourcePatterns(g.Plan.Root, b.Files)
+	// One kept transfer per file set: two sets sharing one would undo
+	// each other's files.
+	set := digest.FromString(strings.Join(patterns, "\x00")).Encoded()[:16]
+	return llb.Local(LocalSources,
+		llb.IncludePatterns(patterns),
+		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), g.Excludes...)),
+		llb.SharedKeyHint("kiln-sources-"+set),
+		LocalID(g.Plan.Root+"\x00sources\x00"+set),
+		llb.WithCustomNamef("[%s] sources", b.Name))
 }
 
 // sourcePatterns are the include patterns of files: one per file, except

@@ -37,7 +37,9 @@ type Graph struct {
 }
 
 func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
-	return NewGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain), fetch)
+	g := NewGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain), fetch)
+	g.Golang.Excludes = excludes
+	return g
 }
 
 // newGraphFrom builds a graph on given context and toolchain sources.

@@ -275,7 +275,14 @@ func copyBlankingBuildID(src, dest string) error {
 		return err
 	}
 	for _, id := range buildIDs(data) {
-		data = bytes.ReplaceAll(data, id, make([]byte, len(id)))
+		for rest := data; ; {
+			i := bytes.Index(rest, id)
+			if i < 0 {
+				break
+			}
+			clear(rest[i : i+len(id)]) // in place: binaries are tens of MB
+			rest = rest[i+len(id):]
+		}
 	}
 	return os.WriteFile(dest, data, 0o755)
 }
