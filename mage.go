@@ -27,17 +27,21 @@ func main() {
 	cmd := exec.Command("go", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	done := make(chan struct{})
-	if marker, err := os.CreateTemp("", "kiln-mage-"); err == nil {
-		marker.Close()
-		defer os.Remove(marker.Name())
-		cmd.Env = append(os.Environ(), startedEnv+"="+marker.Name())
-		go sayCompiling(marker.Name(), done)
+	var marker string
+	if f, err := os.CreateTemp("", "kiln-mage-"); err == nil {
+		f.Close()
+		marker = f.Name()
+		cmd.Env = append(os.Environ(), startedEnv+"="+marker)
+		go sayCompiling(marker, done)
 	}
 	// Ctrl-C reaches mage through the terminal's process group; mage
 	// decides the exit code, this process only waits for it.
 	signal.Ignore(os.Interrupt, syscall.SIGTERM)
 	err := cmd.Run()
 	close(done)
+	if marker != "" {
+		os.Remove(marker) // still there when mage failed before the targets ran
+	}
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):

@@ -82,8 +82,7 @@ func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	}
 	plan := *s.Plan
 	plan.Cache.GoCache = reproCache
-	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
-	iso.Golang.Excludes = s.Golang.Excludes
+	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
 	iso.NoCache = true
 	return iso, func() { s.pruneReproCache(context.WithoutCancel(ctx)) }, nil
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/moby/buildkit/client"
@@ -98,42 +99,70 @@ const (
 	ToolsDir       = "/kiln/tools"
 )
 
-// KeptByPrune reports whether Prune keeps a record unless told to remove
-// everything: the Go cache mounts, which make the next cold build fast; the
-// local sources' transfer state, so the next build sends only what changed
-// of the toolchain (135 MB) and the repository; the module layer, which
-// would otherwise be extracted again from the module cache, file by file
-// (minutes for a large module graph); and kiln's step tool, which would be
-// linked again. Each of them is keyed on its content.
-func KeptByPrune(u *client.UsageInfo) bool {
-	switch u.RecordType {
-	case client.UsageRecordTypeCacheMount, client.UsageRecordTypeLocalSource:
-		return true
+// keptKind says what Prune keeps of a record unless told to remove
+// everything: all Go cache mounts, which make the next cold build fast, and
+// all the local sources' transfer state, so the next build sends only what
+// changed of the toolchain (135 MB) and the repository (kindAll); and the
+// last used module layer, which would otherwise be extracted again from the
+// module cache, file by file (minutes for a large module graph), and kiln's
+// step tool, which would be linked again (kindNewest, one of each).
+func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
+	switch {
+	case u.RecordType == client.UsageRecordTypeCacheMount, u.RecordType == client.UsageRecordTypeLocalSource:
+		return string(u.RecordType), false
+	case strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec "):
+		return "module layer", true
+	case strings.HasPrefix(u.Description, "mount "+ToolsDir+" from exec "):
+		return "step tool", true
 	}
-	return strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec ") ||
-		strings.HasPrefix(u.Description, "mount "+ToolsDir+" from exec ")
+	return "", false
 }
 
-// PruneUnkept removes every record KeptByPrune does not keep, sending each
-// removed one to ch when it is not nil.
+// PruneUnkept removes every record Prune does not keep (see keptKind),
+// sending each removed one to ch when it is not nil.
 func PruneUnkept(ctx context.Context, d *Daemon, ch chan client.UsageInfo) error {
 	usage, err := d.DiskUsage(ctx)
 	if err != nil {
 		return err
 	}
-	var ids []string
-	for _, u := range usage {
-		if !KeptByPrune(u) {
-			ids = append(ids, "id=="+u.ID)
-		}
+	var filters []string
+	for _, id := range unkept(usage) {
+		filters = append(filters, "id=="+id)
 	}
-	if len(ids) == 0 {
+	if len(filters) == 0 {
 		return nil
 	}
-	return d.Prune(ctx, ch, client.PruneAll, client.WithFilter(ids))
+	return d.Prune(ctx, ch, client.PruneAll, client.WithFilter(filters))
 }
 
-// Prune frees the daemon's build cache, keeping KeptByPrune unless all is set.
+// unkept are the ids of the records Prune removes.
+func unkept(usage []*client.UsageInfo) []string {
+	newest := map[string]*client.UsageInfo{}
+	for _, u := range usage {
+		if kind, only := keptKind(u); only {
+			if n := newest[kind]; n == nil || lastUsed(u).After(lastUsed(n)) {
+				newest[kind] = u
+			}
+		}
+	}
+	var ids []string
+	for _, u := range usage {
+		if kind, only := keptKind(u); kind == "" || only && newest[kind] != u {
+			ids = append(ids, u.ID)
+		}
+	}
+	return ids
+}
+
+func lastUsed(u *client.UsageInfo) time.Time {
+	if u.LastUsedAt != nil {
+		return *u.LastUsedAt
+	}
+	return u.CreatedAt
+}
+
+// Prune frees the daemon's build cache, keeping what keptKind says unless
+// all is set.
 func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	d, err := Connect(ctx, repoRoot)
 	if err != nil {
@@ -161,7 +190,7 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", d.Address, err)
 	}
-	kept := " (Go cache mounts, local transfer state and the module layer kept; -all removes them too)"
+	kept := " (Go cache mounts, local transfer state, the last module layer and kiln's step tool kept; -all removes them too)"
 	if all {
 		kept = ""
 	}

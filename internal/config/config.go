@@ -416,7 +416,12 @@ func (g *GoEnv) validate(f, prefix string) error {
 	for _, field := range []struct{ name, value string }{{prefix + ".gcflags", g.GCFlags}, {prefix + ".ldflags", g.LDFlags}} {
 		for _, bad := range []string{"-linkmode=external", "-extldflags", "-buildid"} {
 			if strings.Contains(field.value, bad) {
-				return fieldErr(f, field.name, "%q is set by kiln or needs cgo; remove it", bad)
+				return fieldErr(f, field.name, "%q is kiln's to set (build IDs) or needs cgo; remove it", bad)
+			}
+		}
+		for _, flag := range strings.Fields(field.value) {
+			if flag == "-B" || strings.HasPrefix(flag, "-B=") {
+				return fieldErr(f, field.name, "%q is kiln's to set: the GNU build ID follows Go's, and kiln blanks both in its outputs; remove it", flag)
 			}
 		}
 	}

@@ -39,7 +39,7 @@ func TestCompileStepsCannotReachTheNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := golang.NewGraph(p, golang.Context(root, nil), golang.Toolchain(p.Toolchain), nil)
+	g := golang.NewGraph(p, golang.Context(root, nil), golang.Toolchain(p.Toolchain), nil, nil)
 	const name = "[network probe linux/amd64] go mod download"
 	st := g.GoCommand([]string{"/usr/local/go/bin/go", "mod", "download", "-x", "golang.org/x/text@v0.3.8"},
 		g.Sources(p.Binaries[0]), p.Platforms[0], name,

@@ -99,13 +99,14 @@ type Graph struct {
 	seeded *llb.State
 }
 
-// NewGraph wires the toolchain, the context and the module download step.
-// A nil fetch downloads with network and go's defaults.
-func NewGraph(p *plan.Plan, context, toolchain llb.State, fetch *Fetch) *Graph {
+// NewGraph wires the toolchain, the context and the module download step;
+// excludes are the context's .dockerignore patterns. A nil fetch downloads
+// with network and go's defaults.
+func NewGraph(p *plan.Plan, context, toolchain llb.State, excludes []string, fetch *Fetch) *Graph {
 	if fetch == nil {
 		fetch = &Fetch{}
 	}
-	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch}
+	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch, Excludes: excludes}
 	if len(p.Modules) > 0 {
 		g.Modules = g.downloadModules()
 	}
@@ -244,12 +245,11 @@ func fetchProxy(env []string) string {
 // client: BuildKit keeps it from build to build and receives only what
 // changed, where a copy out of the context wrote every file again.
 func (g *Graph) Sources(b plan.Binary) llb.State {
-	patterns := sourcePatterns(g.Plan.Root, b.Files)
-	// One kept transfer per file set: two sets sharing one would undo
-	// each other's files.
-	set := digest.FromString(strings.Join(patterns, "\x00")).Encoded()[:16]
+	// One kept transfer per binary or set of binaries (two sets sharing one
+	// would undo each other's files), which an added file only updates.
+	set := digest.FromString(b.Name).Encoded()[:16]
 	return llb.Local(LocalSources,
-		llb.IncludePatterns(patterns),
+		llb.IncludePatterns(sourcePatterns(g.Plan.Root, b.Files)),
 		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), g.Excludes...)),
 		llb.SharedKeyHint("kiln-sources-"+set),
 		LocalID(g.Plan.Root+"\x00sources\x00"+set),
@@ -379,7 +379,7 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, after
 		if i > 0 {
 			name += fmt.Sprintf(" (%d)", i+1)
 		}
-		step := g.goBuild(grp, target, g.Plan.GoEnv.BuildArgs, name, after)
+		step := g.goBuild(grp, i, target, g.Plan.GoEnv.BuildArgs, name, after)
 		if i == 0 {
 			out.Step = step
 		}
@@ -411,7 +411,7 @@ func KeptBinariesCacheID(goCacheID string, target ocispec.Platform) string {
 // goBuild is `go build -o DIR/ PKG...` of some binaries for one platform,
 // run by kilnstep where the last build's binaries are kept; the step's
 // output holds the binaries at /<exec name>.
-func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []string, name string, after *llb.State) llb.State {
+func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, flags []string, name string, after *llb.State) llb.State {
 	_, union := g.packageArgs(bins)
 	var names []string
 	for _, b := range bins {
@@ -425,12 +425,18 @@ func (g *Graph) goBuild(bins []plan.Binary, target ocispec.Platform, flags []str
 	for _, b := range bins {
 		args = append(args, b.Package)
 	}
-	// The binaries go linked last time for this platform: go relinks only
-	// those whose inputs changed. Locked: one go build writes there at once.
-	extra := []llb.RunOption{
-		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
-		llb.AddMount(keepDir, llb.Scratch(), llb.AsPersistentCacheDir(KeptBinariesCacheID(g.Plan.Cache.GoCache, target), llb.CacheMountLocked)),
+	// The binaries go linked last time for this platform (and group of
+	// binaries): go relinks only those whose inputs changed. Locked: one go
+	// build writes there at once. A release links every binary afresh.
+	keep := llb.AddMount(keepDir, llb.Scratch(), llb.Tmpfs())
+	if !g.Plan.Stamp.Release {
+		id := KeptBinariesCacheID(g.Plan.Cache.GoCache, target)
+		if group > 0 {
+			id += fmt.Sprintf("-%d", group+1)
+		}
+		keep = llb.AddMount(keepDir, llb.Scratch(), llb.AsPersistentCacheDir(id, llb.CacheMountLocked))
 	}
+	extra := []llb.RunOption{llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly), keep}
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}
@@ -452,7 +458,11 @@ func (g *Graph) packageArgs(bins []plan.Binary) ([]string, plan.Binary) {
 			files[f] = true
 		}
 	}
-	union := plan.Binary{Name: "all binaries", Files: sortedKeys(files)}
+	name := "all binaries"
+	if len(bins) != len(g.Plan.Binaries) {
+		name = strings.Join(binaryNames(bins), ", ")
+	}
+	union := plan.Binary{Name: name, Files: sortedKeys(files)}
 	args := append([]string{goroot + "/bin/go", "list"}, g.Plan.GoEnv.BuildArgs...)
 	args = append(args, "-e", "-export", "-deps", "-f", "{{if .Error}}{{.ImportPath}}: {{.Error}}{{end}}")
 	return append(args, pkgs...), union
@@ -460,7 +470,9 @@ func (g *Graph) packageArgs(bins []plan.Binary) ([]string, plan.Binary) {
 
 // LinkWithSymbols links one binary keeping the symbol table (no -s -w), for
 // size reports, after built (its go build step) filled GOCACHE with its
-// packages, so only the link runs. The result holds the binary at /<name>.
+// packages, so little more than the link runs (a main package go found up
+// to date in the kept binaries is compiled here). The result holds the
+// binary at /<name>.
 func (g *Graph) LinkWithSymbols(b plan.Binary, built llb.State, target ocispec.Platform) llb.State {
 	name := fmt.Sprintf("[%s %s] go build with symbols", b.Name, config.FormatPlatform(target))
 	return g.link(b, g.Sources(b), built, target, withSymbols(g.Plan.GoEnv.BuildArgs), name)
@@ -512,6 +524,14 @@ func (g *Graph) GoCommand(args []string, src llb.State, target ocispec.Platform,
 		opts = append(opts, llb.AddEnv(k, v))
 	}
 	return g.base().Run(append(opts, extra...)...)
+}
+
+func binaryNames(bins []plan.Binary) []string {
+	var names []string
+	for _, b := range bins {
+		names = append(names, b.Name)
+	}
+	return names
 }
 
 func sortedKeys(m map[string]bool) []string {

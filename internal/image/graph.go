@@ -37,16 +37,14 @@ type Graph struct {
 }
 
 func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
-	g := NewGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain), fetch)
-	g.Golang.Excludes = excludes
-	return g
+	return NewGraphFrom(p, golang.Context(p.Root, excludes), golang.Toolchain(p.Toolchain), excludes, fetch)
 }
 
 // newGraphFrom builds a graph on given context and toolchain sources.
-func NewGraphFrom(p *plan.Plan, context, toolchain llb.State, fetch *golang.Fetch) *Graph {
+func NewGraphFrom(p *plan.Plan, context, toolchain llb.State, excludes []string, fetch *golang.Fetch) *Graph {
 	return &Graph{
 		Plan:     p,
-		Golang:   golang.NewGraph(p, context, toolchain, fetch),
+		Golang:   golang.NewGraph(p, context, toolchain, excludes, fetch),
 		binaries: map[string]llb.State{},
 		built:    map[string]golang.Built{},
 	}

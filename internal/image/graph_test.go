@@ -127,7 +127,7 @@ func TestCompileStepsTargetEachPlatformFromTheBuildPlatform(t *testing.T) {
 }
 
 func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
-	p := testPlan(t, "linux/amd64,linux/arm64")
+	p := testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7")
 	for _, s := range compileSteps(t, mustSteps(t, p)) {
 		e := s.op.GetExec()
 		if e.Network != pb.NetMode_NONE {
@@ -147,6 +147,9 @@ func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
 		want := []string{"/root/.cache/go-build=" + p.Cache.GoCache}
 		if e.Meta.Args[1] == "gobuild" {
 			target := envValue(e.Meta.Env, "GOOS") + "/" + envValue(e.Meta.Env, "GOARCH")
+			if arm := envValue(e.Meta.Env, "GOARM"); arm != "" {
+				target += "/v" + arm
+			}
 			want = append([]string{"/kiln/keep=" + p.Cache.GoCache + "-binaries-" + strings.ReplaceAll(target, "/", "-")}, want...)
 		}
 		if !slices.Equal(caches, want) {

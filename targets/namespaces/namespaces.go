@@ -258,7 +258,7 @@ func (Buildkit) Setup(ctx context.Context) error {
 	return nil
 }
 
-// Frees the daemon's build cache, keeping the Go cache mounts, the module layer and the local transfer state.
+// Frees the daemon's build cache, keeping the Go cache mounts, the local transfer state, the last module layer and kiln's step tool.
 //
 //	-all   remove those too
 func (Buildkit) Prune(ctx context.Context, all *bool) error {

@@ -264,60 +264,58 @@ func gobuild(keep, out string, names, goArgs []string) error {
 	return os.Rename(tmp, filepath.Join(keep, keptRecord))
 }
 
-// copyBlankingBuildID copies a binary with every copy of its build IDs
-// (Go's, and the ELF GNU note derived from it) overwritten by zeros of the
-// same length. The IDs hash the link's inputs, so code the linker drops
-// would still change them; blanked, a binary is the same bytes whenever it
-// links to the same program.
+// copyBlankingBuildID copies a binary. In an ELF binary, the Go build ID
+// note and the GNU build-id note the linker derives from it are overwritten
+// in place by zeros: the IDs hash the link's inputs, so code the linker
+// drops would still change them; blanked, the binary is the same bytes
+// whenever it links to the same program. Other formats are copied as they
+// are: a Mach-O binary is signed over its build ID and has a UUID made from
+// it. Their build IDs are reproducible too, only not blind to dead code.
 func copyBlankingBuildID(src, dest string) error {
 	data, err := os.ReadFile(src)
 	if err != nil {
 		return err
 	}
-	for _, id := range buildIDs(data) {
-		for rest := data; ; {
-			i := bytes.Index(rest, id)
-			if i < 0 {
-				break
-			}
-			clear(rest[i : i+len(id)]) // in place: binaries are tens of MB
-			rest = rest[i+len(id):]
+	if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
+		spans, err := elfBuildIDs(f)
+		if err != nil {
+			return fmt.Errorf("%s: %w", src, err)
+		}
+		for _, sp := range spans {
+			clear(data[sp[0]:sp[1]])
 		}
 	}
 	return os.WriteFile(dest, data, 0o755)
 }
 
-// buildIDs are the build IDs the Go linker wrote: ELF notes, else the
-// marker at the start of the text of other formats.
-func buildIDs(data []byte) [][]byte {
-	if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
-		var ids [][]byte
-		for _, n := range []struct{ section, owner string }{{".note.go.buildid", "Go\x00\x00"}, {".note.gnu.build-id", "GNU\x00"}} {
-			sec := f.Section(n.section)
-			if sec == nil {
-				continue
+// elfBuildIDs are the file offsets [start, end) of the build IDs in the
+// notes the Go linker writes; a binary without the Go note is not one it
+// linked.
+func elfBuildIDs(f *elf.File) ([][2]int, error) {
+	var spans [][2]int
+	for _, n := range []struct {
+		section, owner string
+		required       bool
+	}{{".note.go.buildid", "Go", true}, {".note.gnu.build-id", "GNU", false}} {
+		sec := f.Section(n.section)
+		if sec == nil || sec.Type == elf.SHT_NOBITS {
+			if n.required {
+				return nil, fmt.Errorf("no %s note: not linked by the go command", n.section)
 			}
-			note, err := sec.Data()
-			// namesz, descsz, type, the owner's name padded to 4, the ID.
-			if err != nil || len(note) < 12+len(n.owner) || string(note[12:12+len(n.owner)]) != n.owner {
-				continue
-			}
-			start := 12 + len(n.owner)
-			if end := start + int(f.ByteOrder.Uint32(note[4:8])); end <= len(note) && end > start {
-				ids = append(ids, note[start:end])
-			}
+			continue
 		}
-		return ids
+		note, err := sec.Data()
+		if err != nil || len(note) < 12 {
+			return nil, fmt.Errorf("unreadable %s note", n.section)
+		}
+		// namesz, descsz, type, the owner padded to 4 bytes, the ID.
+		namesz, descsz := int(f.ByteOrder.Uint32(note[0:4])), int(f.ByteOrder.Uint32(note[4:8]))
+		start := 12 + (namesz+3)&^3
+		if namesz < 1 || 12+namesz > len(note) || string(bytes.TrimRight(note[12:12+namesz], "\x00")) != n.owner || start+descsz > len(note) {
+			return nil, fmt.Errorf("malformed %s note", n.section)
+		}
+		off := int(sec.Offset) + start
+		spans = append(spans, [2]int{off, off + descsz})
 	}
-	const marker = "\xff Go build ID: \""
-	head := data[:min(len(data), 32<<10)]
-	i := bytes.Index(head, []byte(marker))
-	if i < 0 {
-		return nil
-	}
-	rest := head[i+len(marker):]
-	if j := bytes.IndexByte(rest, '"'); j > 0 {
-		return [][]byte{bytes.Clone(rest[:j])}
-	}
-	return nil
+	return spans, nil
 }
