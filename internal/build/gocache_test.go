@@ -87,8 +87,10 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		if out.GoCache == nil || len(out.GoCache.Refs) != 2 || !out.GoCache.Signed {
 			t.Fatalf("no signed snapshot published: %+v", out.GoCache)
 		}
-		if got := compiled(progress); !slices.Contains(got, "runtime") {
-			t.Fatalf("the cold build on A did not compile runtime? compiled %v", got)
+		// The standard library was compiled already, by the step that
+		// builds kiln's step tool on the same Go cache.
+		if got := compiled(progress); !slices.Contains(got, "example.com/snap/x") || !slices.Contains(got, "example.com/snap/y") {
+			t.Fatalf("the cold build on A did not compile the module's packages? compiled %v", got)
 		}
 		published = out.GoCache
 	})
@@ -160,7 +162,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		if !strings.Contains(logs.String(), "warning: Go cache snapshot rejected") || !strings.Contains(logs.String(), "does not match its digest") {
 			t.Errorf("no rejection was reported; kiln logged:\n%s", logs.String())
 		}
-		if len(out.Ran("seed")) != 0 || !slices.Contains(compiled(progress), "runtime") {
+		if len(out.Ran("seed")) != 0 || !slices.Contains(compiled(progress), "example.com/snap/y") {
 			t.Error("the build used the corrupted snapshot")
 		}
 		got, err := exec.Command(filepath.Join(out.Dir, "linux_amd64", "a")).Output()
