@@ -97,6 +97,10 @@ type Graph struct {
 	// seeded, when set, is the step that seeded GOCACHE from a snapshot;
 	// the package steps wait for it.
 	seeded *llb.State
+	// toolsGoCache is the Go cache kiln's step tool compiles on: the build's
+	// before any seeding, so that a seeded build finds the tool that an
+	// unseeded one built (or imported), and a snapshot never reaches it.
+	toolsGoCache string
 }
 
 // NewGraph wires the toolchain, the context and the module download step;
@@ -106,7 +110,7 @@ func NewGraph(p *plan.Plan, context, toolchain llb.State, excludes []string, fet
 	if fetch == nil {
 		fetch = &Fetch{}
 	}
-	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch, Excludes: excludes}
+	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch, Excludes: excludes, toolsGoCache: p.Cache.GoCache}
 	if len(p.Modules) > 0 {
 		g.Modules = g.downloadModules()
 	}

@@ -18,9 +18,9 @@ const LocalGoCacheSnapshot = "gocache-snapshot"
 var kilnstepSource []byte
 
 // stepTool builds kilnstep for the build platform with the pinned
-// toolchain. It shares the build's GOCACHE, whose standard library
-// packages the binaries need as well, and writes to buildkit.ToolsDir, so
-// buildkit:prune keeps it.
+// toolchain. It shares the build's GOCACHE (as it was before any seeding),
+// whose standard library packages the binaries need as well, and writes to
+// buildkit.ToolsDir, so buildkit:prune keeps it.
 func (g *Graph) stepTool() llb.State {
 	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, kilnstepSource), llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
@@ -37,7 +37,7 @@ func (g *Graph) stepTool() llb.State {
 		llb.AddEnv("GOARCH", g.Plan.BuildPlatform.Architecture),
 		llb.AddMount(goroot, g.Toolchain, llb.Readonly),
 		llb.AddMount(srcDir, src, llb.Readonly),
-		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.toolsGoCache, llb.CacheMountShared)),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName("[go] build kilnstep"),
