@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
@@ -235,6 +236,9 @@ type Session struct {
 	signingKey ed25519.PrivateKey
 	// registries are the hosts whose credentials the daemon may ask for.
 	registries []string
+	// sideEffects is true when the build imports, exports or seeds a cache:
+	// it is never answered as a no-op.
+	sideEffects bool
 }
 
 // UseRegistry lets the daemon ask for the credentials of a registry this
@@ -318,6 +322,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	}
 	s.mode, s.out = mode, opts.ProgressOut
 	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
+	s.sideEffects = len(cacheTo) > 0 || len(cacheFrom) > 0 || goCacheTo != "" || goCacheFrom != ""
 	s.Golang.TraceCompiles = opts.TraceCompiles
 	s.goCacheTo, s.goCacheMax = goCacheTo, opts.GoCacheMax
 	s.goCacheKey, s.signingKey = pinned, signing
@@ -440,12 +445,37 @@ type ImagesOutcome struct {
 // Images builds every planned image and writes each as an OCI layout
 // tarball under <out>/images/<name>.oci.tar.
 func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	if r, dir, ok := noopOutcome(opts, "images"); ok {
+		return r.images(opts, dir)
+	}
+	began := time.Now()
 	s, err := Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	return s.images(ctx, opts)
+	out, err := s.images(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if out.Checks == nil || out.Checks.Failed() == 0 {
+		r := noopResult{Images: out.Images}
+		var outputs []string
+		for _, img := range out.Images {
+			outputs = append(outputs, img.Path)
+		}
+		if !opts.SkipChecks {
+			outputs = append(outputs, checkedMarker(opts, s.Plan))
+		}
+		for _, st := range out.Steps {
+			r.Steps = append(r.Steps, st.Name)
+		}
+		for _, e := range out.Explanations {
+			r.Tracked = append(r.Tracked, e.Step)
+		}
+		s.recordNoop(opts, "images", began, outputs, r)
+	}
+	return out, nil
 }
 
 func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
@@ -562,6 +592,10 @@ type BinariesOutcome struct {
 // Binaries builds every configured binary for every platform and writes
 // them to <out>/bin/<os>_<arch>/<name>.
 func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
+	if r, _, ok := noopOutcome(opts, "binaries"); ok {
+		return &BinariesOutcome{Dir: r.Dir, Kept: true, Steps: r.steps()}, nil
+	}
+	began := time.Now()
 	s, err := Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -584,11 +618,10 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	done := readUpToDate(opts.OutDirFor(s.Plan.Root))
 	key, _ := outputKey("binaries", dest, inputs, links, written...)
 	out := &BinariesOutcome{Dir: dest}
+	recorded := noopResult{Dir: dest, Steps: links}
 	if _, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
-		out.Kept = true
-		for _, name := range links {
-			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})
-		}
+		out.Kept, out.Steps = true, recorded.steps()
+		s.recordNoop(opts, "binaries", began, written, recorded)
 		return out, nil
 	}
 	if out.Steps, err = s.ExportFiles(ctx, "binaries", files, dest); err != nil {
@@ -603,6 +636,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 			return nil, err
 		}
 	}
+	s.recordNoop(opts, "binaries", began, written, recorded)
 	return out, nil
 }
 

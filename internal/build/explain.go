@@ -28,6 +28,9 @@ func record(opts Options, p *plan.Plan, inputs explain.Inputs, steps buildkit.St
 		return nil, err
 	}
 	now := explain.Record{Inputs: inputs, Steps: steps}
+	if err := os.Remove(filepath.Join(dir, noopMarker)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
 	if prev != nil {
 		// Another build running at the same time may have moved it already.
 		if err := os.Rename(filepath.Join(dir, lastBuild), filepath.Join(dir, priorBuild)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -53,6 +56,14 @@ func Explain(opts Options) ([]explain.Explanation, error) {
 	}
 	if now == nil {
 		return nil, fmt.Errorf("no build recorded in %s: run `mage images` first", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, noopMarker)); err == nil {
+		// The last build was a no-op answered from its record: it reused
+		// every step of the one recorded.
+		for i := range now.Steps {
+			now.Steps[i].Cached = true
+		}
+		return explain.Explain(*now, nil), nil
 	}
 	prev, err := readRecord(filepath.Join(dir, priorBuild))
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/internal/verify"
 )
@@ -250,6 +251,89 @@ func TestImagesIntegration(t *testing.T) {
 		}
 		if layout, err := verify.ReadLayout(repaired.Images[0].Path); err != nil || layout.IndexDigest != a.Images[0].Digest {
 			t.Errorf("a tampered tarball was kept: %v", err)
+		}
+	})
+
+	t.Run("a no-op is answered from the stat of what the last build read; a change to any of it builds", func(t *testing.T) {
+		defer build.TrustRecentInputs()()
+		o := editedCopy(t, opts, "")
+		o.Platforms = "linux/amd64"
+		agent := filepath.Join(o.Root, "pkg/agent/agent.go")
+		testdaemon.AppendLine(t, agent, "\nvar noopTest = 1\n\nfunc init() { noopTest++ }\n")
+		built, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !build.AnsweredAsNoop(o, "images") {
+			t.Fatal("a build of an unchanged tree is not answered from its record")
+		}
+		kept, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, built.Images, kept.Images)
+		if !kept.Images[0].Kept || len(kept.Ran("")) != 0 || kept.Checks == nil {
+			t.Errorf("the no-op kept %v, ran %v, checks %v", kept.Images[0].Kept, kept.Ran(""), kept.Checks)
+		}
+		if ex, err := build.Explain(o); err != nil || len(ex) == 0 || slices.ContainsFunc(ex, func(e explain.Explanation) bool { return e.Ran }) {
+			t.Errorf("explain after a no-op: %+v %v", ex, err)
+		}
+		// Every change must build. BuildKit's own transfer of the sources
+		// decides by size and modification time as well, so the daemon is
+		// not sent the first change; kiln must not answer it either.
+		const unchecked, same, differs = 0, 1, 2
+		changes := []struct {
+			name   string
+			change func(t *testing.T)
+			agent  int
+		}{
+			{"the same size and modification time, other bytes", func(t *testing.T) {
+				fi, err := os.Stat(agent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, err := os.ReadFile(agent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data = bytes.Replace(data, []byte("noopTest = 1"), []byte("noopTest = 7"), 1)
+				if err := os.WriteFile(agent, data, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chtimes(agent, fi.ModTime(), fi.ModTime()); err != nil {
+					t.Fatal(err)
+				}
+			}, unchecked},
+			{"a new file in a package directory", func(t *testing.T) {
+				extra := "package agent\n\nvar noopExtra = 1\n\nfunc init() { noopExtra++ }\n"
+				if err := os.WriteFile(filepath.Join(o.Root, "pkg/agent/noop_extra.go"), []byte(extra), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}, differs},
+			{"an environment variable", func(t *testing.T) { t.Setenv("KILN_NOOP_TEST", "1") }, same},
+			{"a removed tarball", func(t *testing.T) {
+				if err := os.Remove(kept.Images[0].Path); err != nil {
+					t.Fatal(err)
+				}
+			}, same},
+		}
+		before := kept.Images
+		for _, c := range changes {
+			c.change(t)
+			if build.AnsweredAsNoop(o, "images") {
+				t.Errorf("after %s, the build is still answered from the record", c.name)
+			}
+			after, err := build.Images(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if changed := after.Images[0].Digest != before[0].Digest; c.agent != unchecked && changed != (c.agent == differs) {
+				t.Errorf("after %s: agent digest changed %v, want %v", c.name, changed, !changed)
+			}
+			if _, err := verify.ReadLayout(after.Images[0].Path); err != nil {
+				t.Errorf("after %s: %v", c.name, err)
+			}
+			before = after.Images
 		}
 	})
 

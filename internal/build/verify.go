@@ -135,7 +135,7 @@ func quickChecksOnce(opts Options, p *plan.Plan, images []ImageResult) (*verify.
 	for _, b := range slices.Sorted(maps.Keys(p.Budgets)) {
 		fmt.Fprintf(&key, "budget %s %d\n", b, p.Budgets[b])
 	}
-	marker := filepath.Join(opts.OutDirFor(p.Root), "images", ".checked")
+	marker := checkedMarker(opts, p)
 	if prev, err := os.ReadFile(marker); err == nil && string(prev) == key.String() {
 		return &verify.Report{}, nil
 	}
@@ -149,6 +149,11 @@ func quickChecksOnce(opts Options, p *plan.Plan, images []ImageResult) (*verify.
 		}
 	}
 	return report, nil
+}
+
+// checkedMarker holds the key of the images the quick checks last passed.
+func checkedMarker(opts Options, p *plan.Plan) string {
+	return filepath.Join(opts.OutDirFor(p.Root), "images", ".checked")
 }
 
 // quickChecks are the cheap checks `mage images` runs after a build: static

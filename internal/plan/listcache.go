@@ -10,6 +10,7 @@ import (
 	"go/token"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,34 +50,60 @@ type fileHead struct {
 // listCache answers go list runs from earlier ones; a zero one never does.
 type listCache struct{ dir string }
 
+// Reads are the files and directories a plan's go list runs read
+// (absolute paths), for a later build to tell by their stat that nothing
+// changed; Unknown when a run's could not be listed.
+type Reads struct {
+	Files, Dirs []string
+	Unknown     bool
+}
+
+func (r *Reads) add(rec *listRecord) {
+	if rec == nil {
+		r.Unknown = true
+		return
+	}
+	r.Files = append(r.Files, slices.Collect(maps.Keys(rec.Files))...)
+	r.Dirs = append(r.Dirs, slices.Collect(maps.Keys(rec.Dirs))...)
+}
+
 // run runs `go args...` in dir with env, or answers from the cache.
 // deps gives, from the output, the package directories and files the answer
-// depends on (absolute paths).
-func (c listCache) run(dir string, env []string, deps func(out string) (dirs, files []string), args ...string) (string, error) {
+// depends on (absolute paths). What the answer depends on is added to reads.
+func (c listCache) run(reads *Reads, dir string, env []string, deps func(out string) (dirs, files []string), args ...string) (string, error) {
+	out, rec, err := c.answer(dir, env, deps, args)
+	reads.add(rec)
+	return out, err
+}
+
+// answer is run's answer, with the record of what it depends on (nil when
+// there is none).
+func (c listCache) answer(dir string, env []string, deps func(out string) (dirs, files []string), args []string) (string, *listRecord, error) {
 	key, ok := c.key(dir, env, args)
 	if !ok {
-		return run(dir, env, "go", args...)
+		out, err := run(dir, env, "go", args...)
+		return out, nil, err
 	}
 	path := filepath.Join(c.dir, key+".json")
 	if rec := readListRecord(path); rec != nil && rec.current() {
-		return rec.Out, nil
+		return rec.Out, rec, nil
 	}
 	start := time.Now()
 	out, err := run(dir, env, "go", args...)
 	if err != nil {
-		return out, err
+		return out, nil, err
 	}
 	// An error (an import of a package that does not exist yet) can go away
 	// through a change no record would see.
 	if strings.Contains(out, `"Error":`) {
-		return out, nil
+		return out, nil, nil
 	}
 	rec := &listRecord{Out: out, RecordedAt: start.UnixNano(), Files: map[string]fileHead{}, Dirs: map[string]string{}}
 	dirs, files := deps(out)
 	for _, d := range dirs {
 		listing, goFiles, err := dirListing(d)
 		if err != nil {
-			return out, nil // not recorded: the next run asks go again
+			return out, nil, nil // not recorded: the next run asks go again
 		}
 		rec.Dirs[d] = listing
 		files = append(files, goFiles...)
@@ -84,12 +111,12 @@ func (c listCache) run(dir string, env []string, deps func(out string) (dirs, fi
 	for _, f := range files {
 		h, err := readHead(f)
 		if err != nil {
-			return out, nil
+			return out, nil, nil
 		}
 		rec.Files[f] = h
 	}
 	c.write(path, rec)
-	return out, nil
+	return out, rec, nil
 }
 
 // key names a run: the directory, the arguments, the go command and every
@@ -127,7 +154,7 @@ func (c listCache) key(dir string, env, args []string) (string, bool) {
 		fmt.Fprintf(h, "env %s\n", kv)
 	}
 	// What `go env -w` wrote is go's environment too.
-	if cfg, err := goEnvFile(); err == nil {
+	if cfg, err := GoEnvFile(); err == nil {
 		if data, err := os.ReadFile(cfg); err == nil {
 			fmt.Fprintf(h, "go env file %s\n%s\n", cfg, data)
 		}
@@ -135,7 +162,8 @@ func (c listCache) key(dir string, env, args []string) (string, bool) {
 	return hex.EncodeToString(h.Sum(nil)), true
 }
 
-func goEnvFile() (string, error) {
+// GoEnvFile is where `go env -w` writes: go's environment too.
+func GoEnvFile() (string, error) {
 	if f := os.Getenv("GOENV"); f != "" {
 		return f, nil
 	}

@@ -36,7 +36,7 @@ func (p *Plan) resolveModules(cfg *config.Config) error {
 	}
 	p.ModMode, p.ModModeFrom = mode, from
 
-	out, err := p.lists.run(p.Root, p.listEnv(), p.moduleDeps, "list", "-m", "-json=Path,Dir,Main")
+	out, err := p.lists.run(&p.Reads, p.Root, p.listEnv(), p.moduleDeps, "list", "-m", "-json=Path,Dir,Main")
 	if err != nil {
 		return fmt.Errorf("read the main modules: %w%s", err, Hint(err.Error()))
 	}

@@ -30,8 +30,10 @@ import (
 // Plan is the resolved build: everything the LLB stage needs, nothing it
 // has to look up again.
 type Plan struct {
-	Root            string `json:"-"`
-	lists           listCache
+	Root  string `json:"-"`
+	lists listCache
+	// Reads are what the go list runs read, for no-op builds to check.
+	Reads           Reads              `json:"-"`
 	Module          string             `json:"module"`
 	Toolchain       Toolchain          `json:"toolchain"`
 	BuildPlatform   ocispec.Platform   `json:"-"`
@@ -494,7 +496,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		if tags != "" {
 			args = append(args, tags)
 		}
-		out, err := p.lists.run(p.Root, env, p.packageDeps, append(args, pkgs...)...)
+		out, err := p.lists.run(&p.Reads, p.Root, env, p.packageDeps, append(args, pkgs...)...)
 		if err != nil {
 			return nil, fmt.Errorf("list packages for %s: %w%s", config.FormatPlatform(plat), err, Hint(err.Error()))
 		}
