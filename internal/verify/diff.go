@@ -43,15 +43,38 @@ func DiffLayouts(image string, a, b *Layout) []Difference {
 	if a.IndexDigest == b.IndexDigest {
 		return nil
 	}
+	out := []Difference{{Image: image, Where: "index", Detail: fmt.Sprintf("digest %s, then %s", a.IndexDigest, b.IndexDigest)}}
+	return append(out, diffManifests(image, a.Manifests, b)...)
+}
+
+// DiffPlatforms compares only these platforms' manifests of a and b: the
+// index of a build of fewer platforms is another index.
+func DiffPlatforms(image string, a, b *Layout, platforms []string) []Difference {
+	var manifests []Manifest
+	for _, m := range a.Manifests {
+		if slices.Contains(platforms, m.Platform) {
+			manifests = append(manifests, m)
+		}
+	}
+	var out []Difference
+	for _, p := range platforms {
+		if !slices.ContainsFunc(a.Manifests, func(m Manifest) bool { return m.Platform == p }) {
+			out = append(out, Difference{Image: image, Platform: p, Where: "index", Detail: "platform missing from the first build"})
+		}
+	}
+	return append(out, diffManifests(image, manifests, b)...)
+}
+
+// diffManifests compares each of manifests with b's of the same platform.
+func diffManifests(image string, manifests []Manifest, b *Layout) []Difference {
 	var out []Difference
 	add := func(d Difference) { d.Image = image; out = append(out, d) }
-	add(Difference{Where: "index", Detail: fmt.Sprintf("digest %s, then %s", a.IndexDigest, b.IndexDigest)})
 	byPlatform := map[string]*Manifest{}
 	for i := range b.Manifests {
 		byPlatform[b.Manifests[i].Platform] = &b.Manifests[i]
 	}
-	for i := range a.Manifests {
-		ma := &a.Manifests[i]
+	for i := range manifests {
+		ma := &manifests[i]
 		mb, ok := byPlatform[ma.Platform]
 		if !ok {
 			add(Difference{Platform: ma.Platform, Where: "index", Detail: "platform missing from the second build"})

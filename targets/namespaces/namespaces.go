@@ -165,10 +165,12 @@ type Release mg.Namespace
 //	VERSION                 the released tag, e.g. v2.3.0
 //	-registry=HOST[:PORT]   where it was released (or REGISTRY)
 //	-key=FILE               cosign.pub (default kiln.yaml signing.publicKey)
+//	-platforms=P,...        rebuild and compare these release platforms only,
+//	                        manifest by manifest (every signature is still checked)
 //	-skiptlsverify          as for images:push
 //	-progress               as for images
-func (Release) Verify(ctx context.Context, version string, registry *string, key *string, skiptlsverify *bool, progress *string) error {
-	out, err := publish.VerifyRelease(ctx, cli.Options(nil, nil, progress), publish.VerifyReleaseOptions{
+func (Release) Verify(ctx context.Context, version string, registry *string, key *string, platforms *string, skiptlsverify *bool, progress *string) error {
+	out, err := publish.VerifyRelease(ctx, cli.Options(platforms, nil, progress), publish.VerifyReleaseOptions{
 		PushOptions: publish.PushOptions{Registry: cli.Str(registry), SkipTLSVerify: cli.Bool(skiptlsverify)},
 		Version:     version, PublicKey: cli.Str(key),
 	})
@@ -178,7 +180,10 @@ func (Release) Verify(ctx context.Context, version string, registry *string, key
 	fmt.Printf("release %s, commit %s:\n", out.Version, out.Commit)
 	for _, img := range out.Images {
 		same := "identical to its rebuild"
-		if img.Digest != img.Rebuilt {
+		if len(img.Compared) < len(img.Platforms) {
+			same = "identical to its rebuild on " + strings.Join(img.Compared, ", ")
+		}
+		if !img.Identical {
 			same = "DIFFERENT from its rebuild " + img.Rebuilt
 		}
 		fmt.Printf("  %s %s [%s] %d signatures and %d attestations verified, %s\n", img.Ref, img.Digest, strings.Join(img.Platforms, ", "), img.Signatures, img.Attestations, same)
