@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
@@ -237,8 +236,10 @@ type Session struct {
 	// registries are the hosts whose credentials the daemon may ask for.
 	registries []string
 	// sideEffects is true when the build imports, exports or seeds a cache:
-	// it is never answered as a no-op.
+	// it records no no-op.
 	sideEffects bool
+	// outputs are the outputs as this build wrote or found them.
+	outputs map[string]fileStat
 }
 
 // UseRegistry lets the daemon ask for the credentials of a registry this
@@ -387,6 +388,14 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 
 func (s *Session) Close() { s.daemon.Close() }
 
+// sawOutputs notes outputs as this build wrote or found them.
+func (s *Session) sawOutputs(r outputRecord) {
+	if s.outputs == nil {
+		s.outputs = map[string]fileStat{}
+	}
+	maps.Copy(s.outputs, r.Files)
+}
+
 func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
 	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
 		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint}
@@ -448,7 +457,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	if r, dir, ok := noopOutcome(opts, "images"); ok {
 		return r.images(opts, dir)
 	}
-	began := time.Now()
+	began := startNoop(opts, "images")
 	s, err := Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -497,6 +506,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		keys[i], _ = outputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
 		if r, ok := done.current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (fileStat{}) {
 			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
+			s.sawOutputs(r)
 			continue
 		}
 		solved = append(solved, i)
@@ -517,7 +527,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		for j, r := range outcome.Results {
 			i := solved[j]
 			out.Images[i].Digest, out.Images[i].Path = r.Digest, r.Dest
-			done.set("image "+s.Plan.Images[i].Name, keys[i], r.Digest, []string{r.Dest})
+			s.sawOutputs(done.set("image "+s.Plan.Images[i].Name, keys[i], r.Digest, []string{r.Dest}))
 		}
 		if err := done.write(); err != nil {
 			return nil, err
@@ -532,6 +542,10 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	if !opts.SkipChecks {
 		if out.Checks, err = quickChecksOnce(opts, s.Plan, out.Images); err != nil {
 			return nil, err
+		}
+		marker := checkedMarker(opts, s.Plan)
+		if st, ok := statFile(marker); ok {
+			s.sawOutputs(outputRecord{Files: map[string]fileStat{marker: st}})
 		}
 	}
 	if out.Explanations, err = record(opts, s.Plan, inputs, out.Steps); err != nil {
@@ -595,7 +609,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if r, _, ok := noopOutcome(opts, "binaries"); ok {
 		return &BinariesOutcome{Dir: r.Dir, Kept: true, Steps: r.steps()}, nil
 	}
-	began := time.Now()
+	began := startNoop(opts, "binaries")
 	s, err := Start(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -619,7 +633,8 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	key, _ := outputKey("binaries", dest, inputs, links, written...)
 	out := &BinariesOutcome{Dir: dest}
 	recorded := noopResult{Dir: dest, Steps: links}
-	if _, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
+	if r, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
+		s.sawOutputs(r)
 		out.Kept, out.Steps = true, recorded.steps()
 		s.recordNoop(opts, "binaries", began, written, recorded)
 		return out, nil
@@ -627,7 +642,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if out.Steps, err = s.ExportFiles(ctx, "binaries", files, dest); err != nil {
 		return nil, err
 	}
-	done.set("binaries", key, "", written)
+	s.sawOutputs(done.set("binaries", key, "", written))
 	if err := done.write(); err != nil {
 		return nil, err
 	}

@@ -311,6 +311,9 @@ func TestImagesIntegration(t *testing.T) {
 				}
 			}, differs},
 			{"an environment variable", func(t *testing.T) { t.Setenv("KILN_NOOP_TEST", "1") }, same},
+			{"a comment in image.yaml", func(t *testing.T) {
+				testdaemon.AppendLine(t, filepath.Join(o.Root, "images/antrea-agent/image.yaml"), "\n# edited by a test\n")
+			}, same},
 			{"a removed tarball", func(t *testing.T) {
 				if err := os.Remove(kept.Images[0].Path); err != nil {
 					t.Fatal(err)
@@ -319,6 +322,9 @@ func TestImagesIntegration(t *testing.T) {
 		}
 		before := kept.Images
 		for _, c := range changes {
+			if !build.AnsweredAsNoop(o, "images") {
+				t.Fatalf("before %s, the build of an unchanged tree is not answered from its record", c.name)
+			}
 			c.change(t)
 			if build.AnsweredAsNoop(o, "images") {
 				t.Errorf("after %s, the build is still answered from the record", c.name)

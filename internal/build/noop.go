@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -22,17 +23,19 @@ import (
 )
 
 // A no-op build is answered before the plan is resolved or BuildKit is
-// contacted. After a build, kiln records the stat (size, modification time)
-// of every file and directory it read: the configuration, what go list
-// read (module files, each package directory and its files), the binaries'
-// sources, the images' files, and the outputs it wrote. The next build with
-// the same kiln executable, flags, environment and git commit whose files
-// all stat the same is the same build: it returns the recorded outcome, as
-// make and git's index trust a stat. A directory's modification time
-// changes when an entry is added, removed or renamed. An input modified
-// within racyWindow before the build started could change again without a
-// visible stat change, so such a build records nothing, as git treats
-// "racily clean" entries.
+// contacted. After a build, kiln records the stat (size, modification and
+// change time, inode) of every file and directory it read: the
+// configuration and the key files it names, what go list read (module
+// files, each package directory and its files), the binaries' sources, the
+// images' files, and the outputs it wrote. The next build with the same
+// kiln executable, flags, environment and git commit whose files all stat
+// the same is the same build: it returns the recorded outcome, as make and
+// git's index trust a stat. A directory's modification time changes when
+// an entry is added, removed or renamed; the change time, when anything
+// (even a tool that sets the modification time back) writes. An input
+// changed less than racyWindow before the build began, by the clock of the
+// file system, could change again without a visible stat change, so such a
+// build records nothing, as git treats "racily clean" entries.
 const noopFile = "no-op-%s.json"
 
 // noopMarker says the last images build was a recorded no-op, so explain
@@ -79,20 +82,54 @@ func (r *noopResult) steps() buildkit.Steps {
 	return out
 }
 
-// noopPaths are where one kind of build keeps its record.
-func noopPaths(opts Options, kind string) (key, path string, ok bool) {
+// noopPlace is where one kind of build keeps its record, with the roots
+// it reads: kiln's (configuration) and the plan's (-module's, else kiln's).
+type noopPlace struct{ kilnRoot, root, path string }
+
+func noopPlaceOf(opts Options, kind string) (noopPlace, bool) {
 	kilnRoot, err := opts.root()
 	if err != nil {
-		return "", "", false
+		return noopPlace{}, false
 	}
 	root := kilnRoot
 	if opts.Module != "" {
 		if root, err = filepath.Abs(opts.Module); err != nil {
-			return "", "", false
+			return noopPlace{}, false
 		}
 	}
-	key, ok = noopKey(kind, opts, kilnRoot, root)
-	return key, filepath.Join(opts.OutDirFor(root), explainDir, fmt.Sprintf(noopFile, kind)), ok
+	return noopPlace{kilnRoot, root, filepath.Join(opts.OutDirFor(root), explainDir, fmt.Sprintf(noopFile, kind))}, true
+}
+
+// noopStart is when a build that may record a no-op began, in the clock
+// of the file system it reads (a network file system's may lag the host's).
+type noopStart struct {
+	at time.Time
+	ok bool
+}
+
+// startNoop drops the record of the last build of this kind (this build
+// replaces its outputs, or fails) and notes when this one began.
+func startNoop(opts Options, kind string) noopStart {
+	place, ok := noopPlaceOf(opts, kind)
+	if !ok {
+		return noopStart{}
+	}
+	if err := os.Remove(place.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return noopStart{}
+	}
+	at := time.Now()
+	clock := filepath.Join(filepath.Dir(place.path), ".no-op-clock")
+	if os.MkdirAll(filepath.Dir(clock), 0o755) != nil || os.WriteFile(clock, nil, 0o644) != nil {
+		return noopStart{}
+	}
+	fi, err := os.Stat(clock)
+	if err != nil {
+		return noopStart{}
+	}
+	if fi.ModTime().Before(at) {
+		at = fi.ModTime()
+	}
+	return noopStart{at: at, ok: true}
 }
 
 // noopKey names everything a build depends on beside the files it reads:
@@ -138,12 +175,19 @@ func noopOutcome(opts Options, kind string) (*noopResult, string, bool) {
 	if !noopEligible(opts, false) {
 		return nil, "", false
 	}
-	key, path, ok := noopPaths(opts, kind)
+	if _, err := opts.progress(); err != nil {
+		return nil, "", false // the build names the error
+	}
+	place, ok := noopPlaceOf(opts, kind)
 	if !ok {
 		return nil, "", false
 	}
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(place.path)
 	if err != nil {
+		return nil, "", false
+	}
+	key, ok := noopKey(kind, opts, place.kilnRoot, place.root)
+	if !ok {
 		return nil, "", false
 	}
 	var rec noopRecord
@@ -152,7 +196,7 @@ func noopOutcome(opts Options, kind string) (*noopResult, string, bool) {
 	}
 	for _, set := range []map[string]pathStat{rec.Files, rec.Dirs} {
 		for p, want := range set {
-			if statPath(p) != want {
+			if st, _ := statPath(p); st != want {
 				return nil, "", false
 			}
 		}
@@ -161,7 +205,7 @@ func noopOutcome(opts Options, kind string) (*noopResult, string, bool) {
 	if json.Unmarshal(rec.Outcome, &out) != nil {
 		return nil, "", false
 	}
-	return &out, filepath.Dir(path), true
+	return &out, filepath.Dir(place.path), true
 }
 
 // pathStat is how a file or directory looked: its size, modification
@@ -175,15 +219,17 @@ type pathStat struct {
 	Inode   uint64 `json:"i,omitempty"`
 }
 
-// statPath is a path's pathStat; size -1 when it does not exist.
-func statPath(path string) pathStat {
+// statPath is a path's pathStat, size -1 when it does not exist; ok is
+// false where the system tells no change time, so no record can be trusted.
+func statPath(path string) (pathStat, bool) {
 	fi, err := os.Stat(path)
 	if err != nil {
-		return pathStat{Size: -1}
+		return pathStat{Size: -1}, true
 	}
 	st := pathStat{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}
-	st.Change, st.Inode = changeTime(fi)
-	return st
+	var ok bool
+	st.Change, st.Inode, ok = changeTime(fi)
+	return st, ok
 }
 
 // noopReads are the files and directories a build of p read, beside what
@@ -193,6 +239,10 @@ type noopReads struct {
 }
 
 func (r *noopReads) tree(dir string) {
+	if resolved, err := filepath.EvalSymlinks(dir); err == nil && resolved != dir {
+		r.files = append(r.files, dir) // the link itself
+		dir = resolved
+	}
 	filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			r.files = append(r.files, path) // recorded as absent or unreadable
@@ -208,31 +258,44 @@ func (r *noopReads) tree(dir string) {
 }
 
 // recordNoop writes the record that lets the next identical build return
-// outcome at once; began is when this build started. It records nothing
-// (and drops an older record) when the options do not allow it, when what
-// go list read is unknown, or when an input changed too recently to trust.
-func (s *Session) recordNoop(opts Options, kind string, began time.Time, outputs []string, outcome noopResult) {
-	key, path, ok := noopPaths(opts, kind)
+// outcome at once. It records nothing when the options do not allow it,
+// when what go list read is unknown, when an input changed too recently
+// to trust (at or after start, less the racy window), or when an output
+// is no longer what this build wrote or found (another build replaced it).
+func (s *Session) recordNoop(opts Options, kind string, start noopStart, outputs []string, outcome noopResult) {
+	p := s.Plan
+	if !start.ok || !noopEligible(opts, true) || s.sideEffects || p.Reads.Unknown {
+		return
+	}
+	place, ok := noopPlaceOf(opts, kind)
 	if !ok {
 		return
 	}
-	os.Remove(path)
-	p := s.Plan
-	if !noopEligible(opts, true) || s.sideEffects || p.Reads.Unknown {
-		return
-	}
-	kilnRoot, err := opts.root()
-	if err != nil {
+	key, ok := noopKey(kind, opts, place.kilnRoot, place.root)
+	if !ok {
 		return
 	}
 	r := &noopReads{
-		files: append(slices.Clone(p.Reads.Files), filepath.Join(kilnRoot, config.File), filepath.Join(p.Root, ".dockerignore")),
-		dirs:  append(slices.Clone(p.Reads.Dirs), kilnRoot, p.Root, filepath.Dir(filepath.Join(kilnRoot, config.File))),
+		files: append(slices.Clone(p.Reads.Files), filepath.Join(place.kilnRoot, config.File), filepath.Join(p.Root, ".dockerignore")),
+		dirs:  append(slices.Clone(p.Reads.Dirs), place.kilnRoot, p.Root, filepath.Dir(filepath.Join(place.kilnRoot, config.File))),
 	}
 	if env, err := plan.GoEnvFile(); err == nil {
 		r.files = append(r.files, env)
 	}
-	r.tree(filepath.Join(kilnRoot, config.ImagesDir))
+	// Key files the configuration or a flag names, checked on every build.
+	for _, f := range []string{p.Cache.GoCacheKey, opts.GoCacheKey} {
+		if f != "" && !filepath.IsAbs(f) {
+			f = filepath.Join(place.kilnRoot, f)
+		}
+		if f != "" {
+			r.files = append(r.files, f)
+		}
+	}
+	// A workspace member's go.sum that appears is read by the download step.
+	for _, f := range p.ModFiles {
+		r.dirs = append(r.dirs, filepath.Dir(filepath.Join(p.Root, filepath.FromSlash(f))))
+	}
+	r.tree(filepath.Join(place.kilnRoot, config.ImagesDir))
 	for _, b := range p.Binaries {
 		for _, f := range b.Files {
 			r.files = append(r.files, filepath.Join(p.Root, filepath.FromSlash(f)))
@@ -244,28 +307,31 @@ func (s *Session) recordNoop(opts Options, kind string, began time.Time, outputs
 		}
 	}
 	rec := noopRecord{Key: key, Files: map[string]pathStat{}, Dirs: map[string]pathStat{}}
-	trusted := began.Add(-racyWindow).UnixNano()
+	trusted := start.at.Add(-racyWindow).UnixNano()
 	for _, set := range []struct {
 		paths []string
 		into  map[string]pathStat
 	}{{r.files, rec.Files}, {r.dirs, rec.Dirs}} {
-		for _, p := range set.paths {
-			st := statPath(p)
-			if max(st.ModTime, st.Change) > trusted {
+		for _, path := range set.paths {
+			st, ok := statPath(path)
+			if !ok || max(st.ModTime, st.Change) > trusted {
 				return
 			}
-			set.into[p] = st
+			set.into[path] = st
 		}
 	}
 	for _, f := range outputs {
-		if rec.Files[f] = statPath(f); rec.Files[f].Size < 0 {
+		st, _ := statPath(f)
+		if want, ok := s.outputs[f]; !ok || st.Size != want.Size || st.ModTime != want.ModTime {
 			return
 		}
+		rec.Files[f] = st
 	}
+	var err error
 	if rec.Outcome, err = json.Marshal(outcome); err != nil {
 		return
 	}
-	buildkit.WriteAtomic(path, func(w io.Writer) error { return json.NewEncoder(w).Encode(rec) })
+	buildkit.WriteAtomic(place.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(rec) })
 }
 
 // images is a no-op images build's outcome: every image kept, every step

@@ -5,9 +5,9 @@ import (
 	"syscall"
 )
 
-func changeTime(fi os.FileInfo) (int64, uint64) {
+func changeTime(fi os.FileInfo) (int64, uint64, bool) {
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return st.Ctim.Nano(), st.Ino
+		return st.Ctim.Nano(), st.Ino, true
 	}
-	return 0, 0
+	return 0, 0, false
 }

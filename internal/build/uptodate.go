@@ -124,22 +124,24 @@ func (u *upToDate) current(name, key string) (outputRecord, bool) {
 	return r, true
 }
 
-// set records output name as made by key; with an empty key it forgets it.
-func (u *upToDate) set(name, key, digest string, files []string) {
+// set records output name as made by key, and returns the record; with an
+// empty key it forgets it.
+func (u *upToDate) set(name, key, digest string, files []string) outputRecord {
 	if key == "" {
 		delete(u.records, name)
-		return
+		return outputRecord{}
 	}
 	r := outputRecord{Key: key, Digest: digest, Files: map[string]fileStat{}}
 	for _, f := range files {
 		st, ok := statFile(f)
 		if !ok {
 			delete(u.records, name)
-			return
+			return outputRecord{}
 		}
 		r.Files[f] = st
 	}
 	u.records[name] = r
+	return r
 }
 
 func (u *upToDate) write() error {
