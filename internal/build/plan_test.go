@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
@@ -109,4 +111,21 @@ func TestPlanReusesGoListOnlyWhileItsInputsAreTheSame(t *testing.T) {
 	}
 	write("pkg/z/z.go", "package z\n\nfunc Hello() {}\n")
 	step("the missing package written", true, "pkg/z/z.go")
+}
+
+// A variant is part of a platform's output folder: arm v6 and v7 binaries
+// must not overwrite each other.
+func TestPlatformDirNamesTheVariant(t *testing.T) {
+	for _, c := range []struct {
+		platform ocispec.Platform
+		want     string
+	}{
+		{ocispec.Platform{OS: "linux", Architecture: "amd64"}, "linux_amd64"},
+		{ocispec.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, "linux_arm_v7"},
+		{ocispec.Platform{OS: "linux", Architecture: "arm", Variant: "v6"}, "linux_arm_v6"},
+	} {
+		if got := build.PlatformDir(c.platform); got != c.want {
+			t.Errorf("PlatformDir(%v) = %q, want %q", c.platform, got, c.want)
+		}
+	}
 }

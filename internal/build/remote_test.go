@@ -9,13 +9,20 @@ import (
 
 	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
 func TestRemoteDaemonOverMutualTLS(t *testing.T) {
 	d := testdaemon.TLSBuildkit(t)
 	t.Setenv(buildkit.HostEnv, d.Addr)
-	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Progress: "quiet"}
+	// The subject is the connection: a one-package module builds on it.
+	module := t.TempDir()
+	modfixture.Write(t, module, map[string]string{
+		"go.mod":            "module example.com/hello\n\ngo 1.26\n",
+		"cmd/hello/main.go": "package main\n\nimport \"runtime\"\n\nfunc main() { println(runtime.GOOS + \"/\" + runtime.GOARCH) }\n",
+	})
+	opts := build.Options{Root: testdaemon.RepoRoot(t), Module: module, Packages: []string{"./cmd/hello"}, Platforms: "linux/amd64", Progress: "quiet"}
 	binaries := func(t *testing.T) error {
 		o := opts
 		o.OutDir = t.TempDir()
@@ -23,9 +30,9 @@ func TestRemoteDaemonOverMutualTLS(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		got, err := exec.Command(filepath.Join(out.Dir, "linux_amd64", "antctl"), "version").CombinedOutput()
+		got, err := exec.Command(filepath.Join(out.Dir, "linux_amd64", "hello")).CombinedOutput()
 		if err != nil || !strings.Contains(string(got), "linux/amd64") {
-			t.Errorf("antctl built on the TLS daemon printed %q (%v)", got, err)
+			t.Errorf("hello built on the TLS daemon printed %q (%v)", got, err)
 		}
 		return nil
 	}
