@@ -118,11 +118,16 @@ func startNoop(opts Options, kind string) noopStart {
 		return noopStart{}
 	}
 	at := time.Now()
-	clock := filepath.Join(filepath.Dir(place.path), ".no-op-clock")
-	if os.MkdirAll(filepath.Dir(clock), 0o755) != nil || os.WriteFile(clock, nil, 0o644) != nil {
-		return noopStart{}
+	// A file written where the outputs go tells the file system's time; a
+	// first build, which has no folder there yet, creates none (a failed
+	// build leaves nothing) and goes by the host's.
+	clock, err := os.CreateTemp(filepath.Dir(place.path), ".no-op-clock-*")
+	if err != nil {
+		return noopStart{at: at, ok: true}
 	}
-	fi, err := os.Stat(clock)
+	fi, err := clock.Stat()
+	clock.Close()
+	os.Remove(clock.Name())
 	if err != nil {
 		return noopStart{}
 	}
