@@ -366,7 +366,7 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 		return nil, err
 	}
 	p.Cache.GoCache += req.cacheSuffix
-	tcDir, err := golang.FetchToolchain(ctx, p.Toolchain, cache)
+	tcDir, err := golang.ToolchainArchive(ctx, p.Toolchain, cache)
 	if err != nil {
 		return nil, err
 	}

@@ -97,6 +97,9 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 const (
 	ModuleLayerDir = "/go/pkg/mod"
 	ToolsDir       = "/kiln/tools"
+	// ToolchainStep begins the name of the step that unpacks the toolchain
+	// (the description of its record), followed by the Go version.
+	ToolchainStep = "[go] toolchain go"
 )
 
 // keptKind says what Prune keeps of a record unless told to remove
@@ -104,8 +107,9 @@ const (
 // all the local sources' transfer state, so the next build sends only what
 // changed of the toolchain (135 MB) and the repository (kindAll); and the
 // last used module layer, which would otherwise be extracted again from the
-// module cache, file by file (minutes for a large module graph), and kiln's
-// step tool, which would be linked again (kindNewest, one of each).
+// module cache, file by file (minutes for a large module graph), kiln's
+// step tool, which would be linked again, and the unpacked toolchain
+// (kindNewest, one of each).
 func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 	switch {
 	case u.RecordType == client.UsageRecordTypeCacheMount, u.RecordType == client.UsageRecordTypeLocalSource:
@@ -114,6 +118,8 @@ func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 		return "module layer", true
 	case strings.HasPrefix(u.Description, "mount "+ToolsDir+" from exec "):
 		return "step tool", true
+	case strings.HasPrefix(u.Description, ToolchainStep):
+		return "toolchain", true
 	}
 	return "", false
 }

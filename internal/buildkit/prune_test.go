@@ -8,7 +8,7 @@ import (
 	"github.com/moby/buildkit/client"
 )
 
-func TestPruneKeepsCachesSourcesAndTheLastModuleLayerAndTool(t *testing.T) {
+func TestPruneKeepsCachesSourcesAndTheLastModuleLayerToolAndToolchain(t *testing.T) {
 	at := func(min int) *time.Time { x := time.Date(2026, 11, 30, 10, min, 0, 0, time.UTC); return &x }
 	usage := []*client.UsageInfo{
 		{ID: "gocache", RecordType: client.UsageRecordTypeCacheMount, Description: "cached mount /root/.cache/go-build from exec"},
@@ -17,11 +17,13 @@ func TestPruneKeepsCachesSourcesAndTheLastModuleLayerAndTool(t *testing.T) {
 		{ID: "modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v2", LastUsedAt: at(5)},
 		{ID: "tool", RecordType: client.UsageRecordTypeRegular, Description: "mount /kiln/tools from exec /usr/local/go/bin/go build -trimpath -o /kiln/tools/kilnstep main.go", LastUsedAt: at(3)},
 		{ID: "go-build", RecordType: client.UsageRecordTypeRegular, Description: "mount /out from exec /kiln/bin/kilnstep gobuild", LastUsedAt: at(9)},
+		{ID: "toolchain", RecordType: client.UsageRecordTypeRegular, Description: ToolchainStep + "1.26.8", LastUsedAt: at(4)},
+		{ID: "old-toolchain", RecordType: client.UsageRecordTypeRegular, Description: ToolchainStep + "1.26.7", LastUsedAt: at(2)},
 		{ID: "image-layer", RecordType: client.UsageRecordTypeRegular, Description: "mount / from exec /bin/sh"},
 	}
 	got := unkept(usage)
 	slices.Sort(got)
-	if want := []string{"go-build", "image-layer", "old-modules"}; !slices.Equal(got, want) {
+	if want := []string{"go-build", "image-layer", "old-modules", "old-toolchain"}; !slices.Equal(got, want) {
 		t.Errorf("pruned %v, want %v", got, want)
 	}
 }

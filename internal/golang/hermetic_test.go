@@ -35,7 +35,7 @@ func TestCompileStepsCannotReachTheNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := golang.FetchToolchain(ctx, p.Toolchain, cache)
+	tc, err := golang.ToolchainArchive(ctx, p.Toolchain, cache)
 	if err != nil {
 		t.Fatal(err)
 	}

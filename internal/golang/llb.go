@@ -63,18 +63,19 @@ func Context(root string, excludes []string) llb.State {
 		llb.WithCustomName("[context] load build context"))
 }
 
-// Toolchain is the pinned toolchain directory, sent from the client after
-// FetchToolchain verified it. What no build of a program needs is left out:
-// tests, docs, the sources of the go command and compiler (their binaries
-// are prebuilt), and the tools only go vet, go fix and go test -cover run.
-// That is 105 of 240 MB, which a fresh daemon no longer has to receive.
+// Toolchain is the pinned toolchain: the archive ToolchainArchive made,
+// sent from the client and unpacked once. The unpacked layer is never
+// exported to a layer cache (a fresh daemon unpacks the archive faster than
+// it pulls 135 MB), and buildkit:prune keeps it.
 func Toolchain(tc plan.Toolchain) llb.State {
-	return llb.Local(LocalToolchain,
+	archive := llb.Local(LocalToolchain,
 		LocalID("go-toolchain"),
-		llb.ExcludePatterns([]string{"test", "api", "doc", "misc", "**/testdata", "**/*_test.go", "src/cmd",
-			"pkg/tool/*/fix", "pkg/tool/*/vet", "pkg/tool/*/cover", "pkg/tool/*/preprofile"}),
+		llb.IncludePatterns([]string{ToolchainTar}),
 		llb.SharedKeyHint("go-toolchain-"+tc.SHA256),
-		llb.WithCustomNamef("[go] toolchain go%s", tc.GoVersion))
+		llb.WithCustomNamef("[go] toolchain go%s archive", tc.GoVersion))
+	return llb.Scratch().File(llb.Copy(archive, "/"+ToolchainTar, "/", &llb.CopyInfo{AttemptUnpack: true}),
+		llb.WithoutExportCache(),
+		llb.WithCustomNamef("%s%s", buildkit.ToolchainStep, tc.GoVersion))
 }
 
 // Graph holds the shared inputs of every Go step.

@@ -4,12 +4,14 @@
 package golang
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/moby/patternmatcher"
 
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
@@ -201,4 +204,113 @@ func writeZipFile(zf *zip.File, dst string, mode os.FileMode) error {
 		return err
 	}
 	return w.Close()
+}
+
+// toolchainExcludes is what no build of a program needs: tests, docs, the
+// sources of the go command and compiler (their binaries are prebuilt),
+// and the tools only go vet, go fix and go test -cover run. That is 105 of
+// 240 MB, which a fresh daemon does not have to receive.
+var toolchainExcludes = []string{"test", "api", "doc", "misc", "**/testdata", "**/*_test.go", "src/cmd",
+	"pkg/tool/*/fix", "pkg/tool/*/vet", "pkg/tool/*/cover", "pkg/tool/*/preprofile"}
+
+// ToolchainTar is the file of a toolchain archive directory.
+const ToolchainTar = "go.tar"
+
+// ToolchainArchive returns the directory holding the pinned toolchain as
+// one tar file (ToolchainTar), which kiln sends as a local source and
+// BuildKit unpacks once. A directory of 7,000 files took 0.16 s to compare
+// on every build; one file's stat takes nothing. It is made once from
+// FetchToolchain's directory, with fixed owners and times, so it is the
+// same bytes on every machine: its digest keys every Go step.
+func ToolchainArchive(ctx context.Context, tc plan.Toolchain, cacheDir string) (string, error) {
+	dir := filepath.Join(cacheDir, "toolchain", tc.SHA256+".archive")
+	if _, err := os.Stat(filepath.Join(dir, ToolchainTar)); err == nil {
+		return dir, nil
+	}
+	src, err := FetchToolchain(ctx, tc, cacheDir)
+	if err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(filepath.Join(cacheDir, "toolchain"), "archive-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	if err := writeToolchainTar(src, filepath.Join(tmp, ToolchainTar)); err != nil {
+		return "", fmt.Errorf("archive the Go toolchain %s: %w", tc.Module, err)
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		// Another build made it first.
+		if _, statErr := os.Stat(filepath.Join(dir, ToolchainTar)); statErr != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
+
+func writeToolchainTar(src, dest string) error {
+	excludes, err := patternmatcher.New(toolchainExcludes)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(dest)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	err = filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == src {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		if skip, err := excludes.MatchesOrParentMatches(rel); err != nil || skip {
+			if skip && d.IsDir() {
+				return filepath.SkipDir
+			}
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		hdr := &tar.Header{Name: rel, Mode: int64(info.Mode().Perm()), ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		switch {
+		case d.IsDir():
+			hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
+		case info.Mode().IsRegular():
+			hdr.Typeflag, hdr.Size = tar.TypeReg, info.Size()
+		case info.Mode()&fs.ModeSymlink != 0:
+			if hdr.Linkname, err = os.Readlink(path); err != nil {
+				return err
+			}
+			hdr.Typeflag = tar.TypeSymlink
+		default:
+			return nil
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil
+		}
+		file, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		_, err = io.Copy(tw, file)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return f.Close()
 }

@@ -1,17 +1,20 @@
 package golang
 
 import (
+	"archive/tar"
 	"archive/zip"
 	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kiln-build/kiln/internal/plan"
 )
@@ -116,4 +119,56 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 			t.Errorf("error does not name the proxy: %v", err)
 		}
 	})
+}
+
+// The archive is the same bytes from any unpacked copy (its digest keys
+// every Go step, on every machine), and leaves out what no build needs.
+func TestToolchainTarIsTheSameFromAnyCopyAndLeavesOutTests(t *testing.T) {
+	write := func(dir string, mtime time.Time) {
+		files := map[string]string{"bin/go": "#!go", "src/fmt/print.go": "package fmt", "src/fmt/print_test.go": "package fmt",
+			"src/cmd/compile/main.go": "package main", "src/net/testdata/x": "x", "test/a.go": "package a", "pkg/tool/linux_amd64/compile": "elf", "pkg/tool/linux_amd64/vet": "elf"}
+		for name, data := range files {
+			path := filepath.Join(dir, name)
+			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			mode := os.FileMode(0o644)
+			if strings.HasPrefix(name, "bin/") || strings.HasPrefix(name, "pkg/tool/") {
+				mode = 0o755
+			}
+			if err := os.WriteFile(path, []byte(data), mode); err != nil {
+				t.Fatal(err)
+			}
+			os.Chtimes(path, mtime, mtime)
+		}
+	}
+	a, b := t.TempDir(), t.TempDir()
+	write(a, time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC))
+	write(b, time.Now())
+	tarA, tarB := filepath.Join(t.TempDir(), "a.tar"), filepath.Join(t.TempDir(), "b.tar")
+	if err := writeToolchainTar(a, tarA); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeToolchainTar(b, tarB); err != nil {
+		t.Fatal(err)
+	}
+	dataA, _ := os.ReadFile(tarA)
+	dataB, _ := os.ReadFile(tarB)
+	if !bytes.Equal(dataA, dataB) {
+		t.Error("two copies of one toolchain archive to different bytes")
+	}
+	got := map[string]int64{}
+	tr := tar.NewReader(bytes.NewReader(dataA))
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got[h.Name] = h.Mode
+	}
+	want := map[string]int64{"bin/": 0o755, "bin/go": 0o755, "pkg/": 0o755, "pkg/tool/": 0o755, "pkg/tool/linux_amd64/": 0o755, "pkg/tool/linux_amd64/compile": 0o755,
+		"src/": 0o755, "src/fmt/": 0o755, "src/fmt/print.go": 0o644, "src/net/": 0o755}
+	if !maps.Equal(got, want) {
+		t.Errorf("archive holds %v, want %v", got, want)
+	}
 }
