@@ -223,6 +223,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 // cache's toolchain and buildkitd linked in, so nothing is downloaded again.
 func freshKilnCache(t *testing.T) {
 	t.Helper()
+	testdaemon.Toolchain(t)
 	real, err := buildkit.CacheDir()
 	if err != nil {
 		t.Fatal(err)

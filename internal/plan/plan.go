@@ -268,13 +268,19 @@ func (p *Plan) Binary(name string) *Binary {
 }
 
 func (p *Plan) resolveToolchain(cfg *config.Config) error {
-	bp := config.FormatPlatform(p.BuildPlatform)
+	tc, err := PinnedToolchain(cfg, p.BuildPlatform)
+	p.Toolchain = tc
+	return err
+}
+
+// PinnedToolchain is the toolchain build/kiln.yaml pins for a build platform.
+func PinnedToolchain(cfg *config.Config, buildPlatform ocispec.Platform) (Toolchain, error) {
+	bp := config.FormatPlatform(buildPlatform)
 	sum, ok := cfg.Toolchain.SHA256[bp]
 	if !ok {
-		return fmt.Errorf("%s: toolchain.sha256: no pin for build platform %s (the BuildKit worker's); add the sha256 of golang.org/toolchain@%s", config.File, bp, toolchainModule(cfg.Toolchain.Go, p.BuildPlatform))
+		return Toolchain{}, fmt.Errorf("%s: toolchain.sha256: no pin for build platform %s (the BuildKit worker's); add the sha256 of golang.org/toolchain@%s", config.File, bp, toolchainModule(cfg.Toolchain.Go, buildPlatform))
 	}
-	p.Toolchain = Toolchain{GoVersion: cfg.Toolchain.Go, Module: toolchainModule(cfg.Toolchain.Go, p.BuildPlatform), SHA256: sum}
-	return nil
+	return Toolchain{GoVersion: cfg.Toolchain.Go, Module: toolchainModule(cfg.Toolchain.Go, buildPlatform), SHA256: sum}, nil
 }
 
 func toolchainModule(goVersion string, plat ocispec.Platform) string {

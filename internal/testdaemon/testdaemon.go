@@ -8,10 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/plan"
 )
 
 // Unavailable skips the test, or fails it in CI.
@@ -61,6 +67,42 @@ func BuildkitWithConfig(t *testing.T, extra string) *buildkit.Daemon {
 	return d
 }
 
+var toolchain struct {
+	sync.Once
+	err error
+}
+
+// Toolchain fetches the pinned Go toolchain into the real kiln cache, once
+// per test binary, with the GOPROXY the tests started under. Tests that
+// point GOPROXY at a fixture proxy, or off, then find it there, as on a
+// machine where a build ran before; on a fresh machine nothing else would
+// have fetched it yet.
+func Toolchain(t testing.TB) {
+	t.Helper()
+	root := RepoRoot(t)
+	toolchain.Do(func() {
+		cfg, err := config.Load(root)
+		if err != nil {
+			toolchain.err = err
+			return
+		}
+		tc, err := plan.PinnedToolchain(cfg, ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH})
+		if err != nil {
+			toolchain.err = err
+			return
+		}
+		cache, err := buildkit.CacheDir()
+		if err != nil {
+			toolchain.err = err
+			return
+		}
+		_, toolchain.err = golang.FetchToolchain(context.Background(), tc, cache)
+	})
+	if toolchain.err != nil {
+		Unavailable(t, "cannot fetch the pinned Go toolchain: %v", toolchain.err)
+	}
+}
+
 var shared struct {
 	sync.Mutex
 	daemon *buildkit.Daemon
@@ -96,6 +138,7 @@ func startBuildkit(t *testing.T, extra string) (*buildkit.Daemon, func()) {
 	if testing.Short() {
 		t.Skip("integration test: needs buildkitd")
 	}
+	Toolchain(t)
 	root := RepoRoot(t)
 	m, err := buildkit.DefaultManaged(root)
 	if err != nil {
@@ -152,6 +195,7 @@ func ManagedCache(t *testing.T) *buildkit.Managed {
 	if err := real.EnsureBinary(context.Background()); err != nil {
 		Unavailable(t, "cannot build buildkitd: %v", err)
 	}
+	Toolchain(t)
 	realCache, err := buildkit.CacheDir()
 	if err != nil {
 		t.Fatal(err)
