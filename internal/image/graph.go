@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -34,6 +35,7 @@ type Graph struct {
 	mu       sync.Mutex
 	binaries map[string]llb.State    // by "name platform symbols"
 	built    map[string]golang.Built // by platform
+	shipped  map[string][]string     // binaries of a platform outside the plan's, by platform
 }
 
 func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
@@ -47,6 +49,22 @@ func NewGraphFrom(p *plan.Plan, context, toolchain llb.State, excludes []string,
 		Golang:   golang.NewGraph(p, context, toolchain, excludes, fetch),
 		binaries: map[string]llb.State{},
 		built:    map[string]golang.Built{},
+		shipped:  map[string][]string{},
+	}
+}
+
+// Ships names the only binaries built for a platform outside the plan's,
+// such as a release asset platform: antctl alone ships for darwin, so its go
+// build there compiles no other binary. A plan platform builds every binary
+// whatever is named. Call it before the platform's first Binary.
+func (s *Graph) Ships(target ocispec.Platform, names ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	platform := config.FormatPlatform(target)
+	for _, n := range names {
+		if !slices.Contains(s.shipped[platform], n) {
+			s.shipped[platform] = append(s.shipped[platform], n)
+		}
 	}
 }
 
@@ -86,14 +104,19 @@ func (s *Graph) builtFor(target ocispec.Platform) golang.Built {
 		return b
 	}
 	var after *llb.State
+	inPlan := false
 	for _, t := range s.Plan.Platforms {
-		if config.FormatPlatform(t) == platform {
+		if inPlan = config.FormatPlatform(t) == platform; inPlan {
 			break
 		}
 		prev := s.builtFor(t).Step
 		after = &prev
 	}
-	b := s.Golang.BuildBinaries(s.Plan.Binaries, target, after)
+	bins := s.Plan.Binaries
+	if names, ok := s.shipped[platform]; ok && !inPlan {
+		bins = slices.DeleteFunc(slices.Clone(bins), func(b plan.Binary) bool { return !slices.Contains(names, b.Name) })
+	}
+	b := s.Golang.BuildBinaries(bins, target, after)
 	s.built[platform] = b
 	return b
 }

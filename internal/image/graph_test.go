@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/solver/pb"
 	"github.com/opencontainers/go-digest"
 
@@ -253,3 +254,37 @@ func envValue(env []string, key string) string {
 }
 
 func digestOf(dt []byte) digest.Digest { return digest.FromBytes(dt) }
+
+// A release asset platform compiles only the binaries shipped there; a plan
+// platform compiles every binary whatever is named.
+func TestAnAssetPlatformBuildsOnlyTheBinariesShippedThere(t *testing.T) {
+	p := testPlan(t, "linux/amd64")
+	g := image.NewGraph(p, nil, nil)
+	darwin, _ := config.ParsePlatform("darwin/arm64")
+	g.Ships(darwin, "antctl")
+	g.Ships(p.Platforms[0], "antctl")
+	packages := func(st llb.State, step string) []string {
+		t.Helper()
+		def, err := st.Marshal(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dt := range def.Def {
+			var op pb.Op
+			if err := op.UnmarshalVT(dt); err != nil {
+				t.Fatal(err)
+			}
+			if e := op.GetExec(); e != nil && def.Metadata[digestOf(dt)].Description["llb.customname"] == step {
+				return slices.DeleteFunc(slices.Clone(e.Meta.Args), func(a string) bool { return !strings.HasPrefix(a, "./cmd/") })
+			}
+		}
+		t.Fatalf("no step %q", step)
+		return nil
+	}
+	if got := packages(g.Binary("antctl", darwin), "[darwin/arm64] go build"); !slices.Equal(got, []string{"./cmd/antctl"}) {
+		t.Errorf("darwin/arm64 builds %v, want ./cmd/antctl alone", got)
+	}
+	if got := packages(g.Binary("antctl", p.Platforms[0]), "[linux/amd64] go build"); len(got) != len(p.Binaries) {
+		t.Errorf("linux/amd64, a plan platform, builds %v, want all %d binaries", got, len(p.Binaries))
+	}
+}

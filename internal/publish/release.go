@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
 	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -134,12 +136,17 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 // verify-blob); the directory appears whole or not at all.
 func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary, signer *sign.Signer) error {
 	var files []build.FileCopy
+	var targets []ocispec.Platform
 	for _, a := range sum.Assets {
 		target, err := config.ParsePlatform(a.Platform)
 		if err != nil {
 			return err
 		}
-		files = append(files, build.FileCopy{From: s.Binary(a.Binary, target), Src: "/" + a.Binary, Dest: "/" + a.Name})
+		s.Ships(target, a.Binary)
+		targets = append(targets, target)
+	}
+	for i, a := range sum.Assets {
+		files = append(files, build.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
 	}
 	work := sum.AssetsDir + ".work"
 	os.RemoveAll(work)
