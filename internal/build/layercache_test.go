@@ -19,7 +19,9 @@ func TestRegistryLayerCacheAcrossDaemons(t *testing.T) {
 	var first *build.ImagesOutcome
 	outA := t.TempDir()
 	t.Run("daemon A exports", func(t *testing.T) {
-		testdaemon.Buildkit(t)
+		// The package's daemon, warm from the tests before: B's is the
+		// fresh one that must not compile.
+		testdaemon.Shared(t)
 		o := opts
 		o.OutDir, o.CacheTo = outA, cache
 		var err error

@@ -75,61 +75,37 @@ func hashDir(t *testing.T, dir string) map[string][32]byte {
 	return out
 }
 
-func pruneAll(t *testing.T, m *buildkit.Managed) {
+// pruneToGoCache removes every record of the daemon but its Go build cache
+// mount: the next build's go build relinks every binary (its kept binaries
+// are gone) without compiling the standard library again, which leaves a
+// second or two in which a go command runs in a step.
+func pruneToGoCache(t *testing.T, m *buildkit.Managed, root string) {
 	t.Helper()
+	p, err := build.Plan(build.Options{Root: root, Platforms: "linux/amd64"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c, err := buildkit.Dial(context.Background(), m.Address())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if err := c.Prune(context.Background(), nil, client.PruneAll); err != nil {
+	usage, err := c.DiskUsage(context.Background())
+	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-func TestDaemonKilledMidBuild(t *testing.T) {
-	m := testdaemon.ManagedCache(t)
-	ctx := context.Background()
-	out := t.TempDir()
-	// One platform: the subject is the kill, not the platforms (CI time).
-	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Progress: "quiet", OutDir: out}
-	first, err := build.Images(ctx, opts)
-	if err != nil {
-		testdaemon.Unavailable(t, "first build with a managed daemon: %v", err)
+	var filters []string
+	for _, u := range usage {
+		if !strings.HasSuffix(u.Description, fmt.Sprintf("with id %q", p.Cache.GoCache)) {
+			filters = append(filters, "id=="+u.ID)
+		}
 	}
-	before := hashDir(t, filepath.Join(out, "images"))
-	pruneAll(t, m)      // so that the next build compiles
-	opts.Rebuild = true // the outputs are up to date: build them anyway
-
-	errc := make(chan error, 1)
-	go func() {
-		_, err := build.Images(ctx, opts)
-		errc <- err
-	}()
-	pid, _ := m.PID()
-	waitUntil(t, "a compile step", 2*time.Minute, func() bool { return compiling(pid) })
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+	if len(filters) == len(usage) {
+		t.Fatalf("no Go cache mount %q among the daemon's records", p.Cache.GoCache)
+	}
+	if err := c.Prune(context.Background(), nil, client.PruneAll, client.WithFilter(filters)); err != nil {
 		t.Fatal(err)
 	}
-	err = <-errc
-	if err == nil {
-		t.Fatal("the build succeeded although its daemon was killed")
-	}
-	if !strings.Contains(err.Error(), "died") {
-		t.Errorf("error does not say the daemon died: %v", err)
-	}
-	if after := hashDir(t, filepath.Join(out, "images")); fmt.Sprint(after) != fmt.Sprint(before) {
-		t.Errorf("the previous outputs changed: %v, then %v", before, after)
-	}
-
-	again, err := build.Images(ctx, opts)
-	if err != nil {
-		t.Fatalf("the build after the kill: %v", err)
-	}
-	if newPid, ok := m.Running(); !ok || newPid == pid {
-		t.Errorf("the daemon was not restarted (pid %d, was %d)", newPid, pid)
-	}
-	sameDigests(t, first.Images, again.Images)
 }
 
 // mageBinary compiles the magefile into a binary, as `mage -compile` does.
@@ -144,54 +120,15 @@ func mageBinary(t *testing.T) string {
 	return bin
 }
 
-func TestInterruptExits130AndLeavesNothingPartial(t *testing.T) {
-	m := testdaemon.ManagedCache(t)
-	mage := mageBinary(t)
-	tree := t.TempDir()
-	testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
-
-	cmd := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=plain")
-	cmd.Dir = tree
-	var output bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &output, &output
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the managed daemon", time.Minute, func() bool { _, ok := m.Running(); return ok })
-	pid, _ := m.PID()
-	waitUntil(t, "a compile step", 2*time.Minute, func() bool { return compiling(pid) })
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 130 {
-		t.Fatalf("exit %v after SIGINT, want 130\n%s", err, output.String())
-	}
-	entries, _ := os.ReadDir(filepath.Join(tree, "_output", "images"))
-	for _, e := range entries {
-		t.Errorf("partial output left: %s", e.Name())
-	}
-
-	// The daemon is healthy: the next build completes.
-	again := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=quiet")
-	again.Dir = tree
-	if out, err := again.CombinedOutput(); err != nil {
-		t.Fatalf("the build after the interrupt: %v\n%s", err, out)
-	}
-	if newPid, _ := m.PID(); newPid != pid {
-		t.Errorf("the daemon was restarted (pid %d, was %d); it should have survived the interrupt", newPid, pid)
-	}
-}
-
 // TestOneManagedDaemon runs builds that need a managed daemon of their own
-// but not a cold one each: concurrent first starts, then the context's
-// .dockerignore, on the daemon the first part started.
+// but not a cold one each, on the daemon the first part starts: concurrent
+// first starts, the context's .dockerignore, an interrupted build, and last
+// a build whose daemon is killed.
 func TestOneManagedDaemon(t *testing.T) {
 	m := testdaemon.ManagedCache(t)
+	mage := mageBinary(t)
 
 	t.Run("concurrent builds start one daemon and agree", func(t *testing.T) {
-		mage := mageBinary(t)
 		tree := t.TempDir()
 		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
 
@@ -262,5 +199,86 @@ func TestOneManagedDaemon(t *testing.T) {
 				t.Errorf("%s contains the canary", img.Path)
 			}
 		}
+	})
+	t.Run("an interrupt exits 130 and leaves nothing partial", func(t *testing.T) {
+		tree := t.TempDir()
+		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
+		pruneToGoCache(t, m, tree)
+		pid, _ := m.PID()
+
+		cmd := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=plain")
+		cmd.Dir = tree
+		var output bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &output, &output
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "a compile step", 2*time.Minute, func() bool { return compiling(pid) })
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		err := cmd.Wait()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 130 {
+			t.Fatalf("exit %v after SIGINT, want 130\n%s", err, output.String())
+		}
+		entries, _ := os.ReadDir(filepath.Join(tree, "_output", "images"))
+		for _, e := range entries {
+			t.Errorf("partial output left: %s", e.Name())
+		}
+
+		// The daemon is healthy: the next build completes.
+		again := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=quiet")
+		again.Dir = tree
+		if out, err := again.CombinedOutput(); err != nil {
+			t.Fatalf("the build after the interrupt: %v\n%s", err, out)
+		}
+		if newPid, _ := m.PID(); newPid != pid {
+			t.Errorf("the daemon was restarted (pid %d, was %d); it should have survived the interrupt", newPid, pid)
+		}
+	})
+
+	// Last: it kills the daemon.
+	t.Run("a daemon killed mid-build fails the build and leaves the outputs", func(t *testing.T) {
+		ctx := context.Background()
+		out := t.TempDir()
+		opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Progress: "quiet", OutDir: out}
+		first, err := build.Images(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := hashDir(t, filepath.Join(out, "images"))
+		pruneToGoCache(t, m, opts.Root) // so that the next build runs go
+		opts.Rebuild = true             // the outputs are up to date: build them anyway
+
+		errc := make(chan error, 1)
+		go func() {
+			_, err := build.Images(ctx, opts)
+			errc <- err
+		}()
+		pid, _ := m.PID()
+		waitUntil(t, "a compile step", 2*time.Minute, func() bool { return compiling(pid) })
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		err = <-errc
+		if err == nil {
+			t.Fatal("the build succeeded although its daemon was killed")
+		}
+		if !strings.Contains(err.Error(), "died") {
+			t.Errorf("error does not say the daemon died: %v", err)
+		}
+		if after := hashDir(t, filepath.Join(out, "images")); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Errorf("the previous outputs changed: %v, then %v", before, after)
+		}
+
+		again, err := build.Images(ctx, opts)
+		if err != nil {
+			t.Fatalf("the build after the kill: %v", err)
+		}
+		if newPid, ok := m.Running(); !ok || newPid == pid {
+			t.Errorf("the daemon was not restarted (pid %d, was %d)", newPid, pid)
+		}
+		sameDigests(t, first.Images, again.Images)
 	})
 }

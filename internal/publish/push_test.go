@@ -123,11 +123,22 @@ func TestPushToARegistry(t *testing.T) {
 // a CA the daemon does not trust is refused unless -skiptlsverify says so,
 // and a CA in the daemon's configuration is enough.
 func TestPushToATLSRegistryChecksItsCertificate(t *testing.T) {
+	ctx := context.Background()
+	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Images: []string{"antrea-controller"}, Progress: "quiet", OutDir: t.TempDir()}
+	// The compile is not the subject: the package's daemon, warm, exports
+	// its layers to a plain registry and the TLS-configured one imports them.
+	testdaemon.Shared(t)
+	cache := "type=registry,ref=" + testdaemon.StartRegistry(t).Addr + "/antrea/cache,mode=max"
+	seed := opts
+	seed.OutDir, seed.CacheTo = t.TempDir(), cache
+	if _, err := build.Images(ctx, seed); err != nil {
+		t.Fatal(err)
+	}
+	opts.CacheFrom = cache
+
 	trusted := testdaemon.StartTLSRegistry(t)
 	testdaemon.BuildkitWithConfig(t, fmt.Sprintf("[registry.%q]\n  ca = [%q]\n", trusted.Addr, trusted.CAFile))
 	stranger := testdaemon.StartTLSRegistry(t)
-	ctx := context.Background()
-	opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Images: []string{"antrea-controller"}, Progress: "quiet", OutDir: t.TempDir()}
 
 	_, err := publish.Push(ctx, opts, publish.PushOptions{Registry: stranger.Addr})
 	if err == nil || !strings.Contains(err.Error(), "certificate") {

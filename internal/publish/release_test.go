@@ -260,7 +260,10 @@ func TestRelease(t *testing.T) {
 
 	resolver := buildkit.Resolver(true, buildkit.Credentials())
 	vopts := publish.VerifyReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Version: version, PublicKey: pub}
-	vo, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, vopts)
+	// Each rebuild in isolation is a cold compile of its platforms, so this
+	// one rebuilds linux/arm/v7 and the one below linux/arm64; the
+	// signatures and attestations of every platform are checked by both.
+	vo, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet", Platforms: "linux/arm/v7"}, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,8 +271,8 @@ func TestRelease(t *testing.T) {
 		t.Fatalf("release:verify of the release: %+v", vo)
 	}
 	for _, img := range vo.Images {
-		if len(img.Compared) != 3 || !img.Identical {
-			t.Errorf("%s: compared %v, identical %v; want all three release platforms, identical", img.Name, img.Compared, img.Identical)
+		if !slices.Equal(img.Compared, []string{"linux/arm/v7"}) || !img.Identical {
+			t.Errorf("%s: compared %v, identical %v; want linux/arm/v7, identical", img.Name, img.Compared, img.Identical)
 		}
 		if img.Signatures != 4 || img.Attestations != 4 {
 			t.Errorf("%s: %d signatures and %d attestations verified, want 4 and 4", img.Name, img.Signatures, img.Attestations)
