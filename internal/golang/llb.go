@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/moby/buildkit/client/llb"
@@ -321,6 +322,13 @@ type Built struct {
 	Step llb.State
 }
 
+// SideBySide is how many platforms' go builds run at once. Each gets that
+// share of the CPUs as go build's -p, so together they run as many compiles
+// and links at once as one go build would, and peak memory stays that of
+// one; but where one platform's build waits on a single compile or link
+// (an edit), the other platform's runs on the other CPUs.
+const SideBySide = 2
+
 // BuildBinaries builds the binaries for one target platform the way a
 // developer does, in one go process: `go build -o DIR/ PKG...`. One process
 // compiles every package once and links the binaries side by side, with no
@@ -331,12 +339,10 @@ type Built struct {
 // stay cached. Binaries whose executables go would give the same name go
 // into one more step each.
 //
-// after, when set, is the go build of the platform before this one: the
-// steps wait for it, so platforms build one after another as a developer's
-// go builds do and their compiles and links never run side by side (which
-// doubled the peak memory on two platforms). Every platform's step has the
-// same inputs, so waiting costs no cache hits.
-func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, after *llb.State) Built {
+// side is how many go builds run at once (SideBySide, or fewer platforms),
+// and after, when set, is the go build this one waits for: SideBySide
+// platforms before it, so that no more run at once.
+func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, side int, after *llb.State) Built {
 	out := Built{Binaries: map[string]llb.State{}, Steps: map[string]llb.State{}}
 	var groups [][]plan.Binary
 	for _, b := range bins {
@@ -356,7 +362,7 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, after
 		if i > 0 {
 			name += fmt.Sprintf(" (%d)", i+1)
 		}
-		step := g.goBuild(grp, i, target, g.Plan.GoEnv.BuildArgs, name, after)
+		step := g.goBuild(grp, i, target, g.Plan.GoEnv.BuildArgs, name, side, after)
 		if i == 0 {
 			out.Step = step
 		}
@@ -388,13 +394,13 @@ func KeptBinariesCacheID(goCacheID string, target ocispec.Platform) string {
 // goBuild is `go build -o DIR/ PKG...` of some binaries for one platform,
 // run by kilnstep where the last build's binaries are kept; the step's
 // output holds the binaries at /<exec name>.
-func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, flags []string, name string, after *llb.State) llb.State {
+func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, flags []string, name string, side int, after *llb.State) llb.State {
 	_, union := g.packageArgs(bins)
 	var names []string
 	for _, b := range bins {
 		names = append(names, ExecFile(b, target))
 	}
-	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), "--", goroot + "/bin/go", "build"}
+	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), strconv.Itoa(side), "--", goroot + "/bin/go", "build"}
 	if g.TraceCompiles {
 		args = append(args, "-x")
 	}

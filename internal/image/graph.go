@@ -36,6 +36,7 @@ type Graph struct {
 	binaries map[string]llb.State    // by "name platform symbols"
 	built    map[string]golang.Built // by platform
 	shipped  map[string][]string     // binaries of a platform outside the plan's, by platform
+	extra    []ocispec.Platform      // platforms outside the plan's, in the order asked for
 }
 
 func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
@@ -95,28 +96,35 @@ func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.Sta
 	return st
 }
 
-// builtFor is the go build of a platform, after the one of the plan
-// platform before it; a platform outside the plan's (release assets) comes
-// after the last plan platform. The caller holds s.mu.
+// builtFor is the go build of a platform. The plan's platforms come first,
+// in plan order, then platforms outside the plan (release assets) in the
+// order asked for; each waits for the one golang.SideBySide places before
+// it, so that no more run at once. The caller holds s.mu.
 func (s *Graph) builtFor(target ocispec.Platform) golang.Built {
 	platform := config.FormatPlatform(target)
 	if b, ok := s.built[platform]; ok {
 		return b
 	}
-	var after *llb.State
-	inPlan := false
-	for _, t := range s.Plan.Platforms {
-		if inPlan = config.FormatPlatform(t) == platform; inPlan {
-			break
+	order := slices.Clone(s.Plan.Platforms)
+	inPlan := slices.ContainsFunc(order, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform })
+	side := min(golang.SideBySide, len(order))
+	if !inPlan {
+		if !slices.ContainsFunc(s.extra, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform }) {
+			s.extra = append(s.extra, target)
 		}
-		prev := s.builtFor(t).Step
+		side = golang.SideBySide
+	}
+	order = append(order, s.extra...)
+	var after *llb.State
+	if i := slices.IndexFunc(order, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform }); i >= golang.SideBySide {
+		prev := s.builtFor(order[i-golang.SideBySide]).Step
 		after = &prev
 	}
 	bins := s.Plan.Binaries
 	if names, ok := s.shipped[platform]; ok && !inPlan {
 		bins = slices.DeleteFunc(slices.Clone(bins), func(b plan.Binary) bool { return !slices.Contains(names, b.Name) })
 	}
-	b := s.Golang.BuildBinaries(bins, target, after)
+	b := s.Golang.BuildBinaries(bins, target, side, after)
 	s.built[platform] = b
 	return b
 }

@@ -3,6 +3,7 @@ package image_test
 import (
 	"bytes"
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -286,5 +287,36 @@ func TestAnAssetPlatformBuildsOnlyTheBinariesShippedThere(t *testing.T) {
 	}
 	if got := packages(g.Binary("antctl", p.Platforms[0]), "[linux/amd64] go build"); len(got) != len(p.Binaries) {
 		t.Errorf("linux/amd64, a plan platform, builds %v, want all %d binaries", got, len(p.Binaries))
+	}
+}
+
+// Two platforms' go builds run side by side, each told so (it gives go -p
+// of half the CPUs); a third waits for the first.
+func TestGoBuildsRunTwoSideBySide(t *testing.T) {
+	waits := map[string]bool{}
+	sides := map[string]string{}
+	for _, s := range compileSteps(t, mustSteps(t, testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7"))) {
+		e := s.op.GetExec()
+		if e.Meta.Args[1] != "gobuild" {
+			continue
+		}
+		sides[s.name] = e.Meta.Args[5]
+		for _, m := range e.Mounts {
+			waits[s.name] = waits[s.name] || m.Dest == "/kiln/after"
+		}
+	}
+	want := map[string]bool{"[linux/amd64] go build": false, "[linux/arm64] go build": false, "[linux/arm/v7] go build": true}
+	if !maps.Equal(waits, want) {
+		t.Errorf("go builds that wait for another: %v, want %v", waits, want)
+	}
+	for name, side := range sides {
+		if side != "2" {
+			t.Errorf("%s is told %s go builds run side by side, want 2", name, side)
+		}
+	}
+	for _, s := range compileSteps(t, mustSteps(t, testPlan(t, "linux/amd64"))) {
+		if e := s.op.GetExec(); e.Meta.Args[1] == "gobuild" && e.Meta.Args[5] != "1" {
+			t.Errorf("a lone platform's %s is told %s go builds run side by side, want 1", s.name, e.Meta.Args[5])
+		}
 	}
 }

@@ -6,10 +6,12 @@
 //
 //	kilnstep snapshot SPEC OUT  copies the entries the build's packages use
 //	kilnstep seed SRC GOCACHE   adds a verified snapshot's entries
-//	kilnstep gobuild KEEP OUT NAMES -- GO ARGS...
+//	kilnstep gobuild KEEP OUT NAMES SIDE -- GO ARGS...
 //	                            runs go build -o KEEP/ (it relinks only the
-//	                            binaries whose inputs changed) and copies
-//	                            NAMES (comma-separated) to OUT
+//	                            binaries whose inputs changed) with 1/SIDE of
+//	                            the CPUs, SIDE being how many go builds run
+//	                            side by side, and copies NAMES
+//	                            (comma-separated) to OUT
 //
 // It uses the standard library only, so that it compiles quickly.
 package main
@@ -25,7 +27,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -47,10 +52,15 @@ func main() {
 		err = snapshot(os.Args[2], os.Args[3])
 	case len(os.Args) == 4 && os.Args[1] == "seed":
 		err = seed(os.Args[2], os.Args[3])
-	case len(os.Args) > 6 && os.Args[1] == "gobuild" && os.Args[5] == "--":
-		err = gobuild(os.Args[2], os.Args[3], strings.Split(os.Args[4], ","), os.Args[6:])
+	case len(os.Args) > 7 && os.Args[1] == "gobuild" && os.Args[6] == "--":
+		var side int
+		if side, err = strconv.Atoi(os.Args[5]); err == nil && side > 0 {
+			err = gobuild(os.Args[2], os.Args[3], strings.Split(os.Args[4], ","), withParallelism(os.Args[7:], side))
+		} else {
+			err = fmt.Errorf("gobuild: SIDE %q is not a positive number", os.Args[5])
+		}
 	default:
-		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES -- GO ARGS...")
+		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE -- GO ARGS...")
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -203,6 +213,24 @@ type keptFile struct {
 }
 
 const keptRecord = ".kilnstep-kept.json"
+
+// withParallelism gives a go build that runs beside side-1 others -p of its
+// share of the CPUs, so that together they run as many compiles and links
+// at once as one go build would, unless GOFLAGS sets -p. The share is
+// computed here, in the step, so that the step's definition (its cache key)
+// is the same on any machine.
+func withParallelism(goArgs []string, side int) []string {
+	if side <= 1 || len(goArgs) < 2 {
+		return goArgs
+	}
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if f == "-p" || strings.HasPrefix(f, "-p=") {
+			return goArgs
+		}
+	}
+	p := max(1, runtime.GOMAXPROCS(0)/side)
+	return append(append(slices.Clone(goArgs[:2]), "-p="+strconv.Itoa(p)), goArgs[2:]...)
+}
 
 // gobuild runs the go command, whose -o is KEEP/, and copies the named
 // binaries to OUT. go skips the link of a binary in KEEP whose build ID

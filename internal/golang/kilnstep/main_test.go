@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"debug/elf"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"testing"
 )
 
@@ -82,5 +85,21 @@ func TestBlankedBuildIDsMakeDeadCodeInvisible(t *testing.T) {
 	}
 	if err := copyBlankingBuildID(filepath.Join(dir, "go.mod"), filepath.Join(dir, "x")); err != nil {
 		t.Errorf("a file that is not ELF: %v", err)
+	}
+}
+
+func TestGoBuildsSideBySideShareTheCPUs(t *testing.T) {
+	args := []string{"/usr/local/go/bin/go", "build", "-trimpath", "-o", "/kiln/keep/", "./cmd/a"}
+	t.Setenv("GOFLAGS", "-mod=vendor")
+	if got := withParallelism(args, 1); !slices.Equal(got, args) {
+		t.Errorf("alone: %v, want the arguments unchanged", got)
+	}
+	want := fmt.Sprintf("-p=%d", max(1, runtime.GOMAXPROCS(0)/2))
+	if got := withParallelism(args, 2); len(got) != len(args)+1 || got[2] != want || !slices.Equal(got[3:], args[2:]) {
+		t.Errorf("side by side: %v, want %s after build", got, want)
+	}
+	t.Setenv("GOFLAGS", "-mod=vendor -p=3")
+	if got := withParallelism(args, 2); !slices.Equal(got, args) {
+		t.Errorf("with -p in GOFLAGS: %v, want the arguments unchanged", got)
 	}
 }
