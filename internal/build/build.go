@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
@@ -26,6 +27,7 @@ import (
 	bksession "github.com/moby/buildkit/session"
 	"github.com/moby/patternmatcher/ignorefile"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -639,7 +641,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		s.recordNoop(opts, "binaries", began, written, recorded)
 		return out, nil
 	}
-	if out.Steps, err = s.ExportFiles(ctx, "binaries", files, dest); err != nil {
+	if out.Steps, err = s.ExportFiles(ctx, "binaries", files, dest, done.records["binaries"].Files); err != nil {
 		return nil, err
 	}
 	s.sawOutputs(done.set("binaries", key, "", written))
@@ -662,29 +664,89 @@ type FileCopy struct {
 }
 
 // ExportFiles solves the files into one directory and writes it to dest,
-// replacing what was there only when the solve succeeded.
-func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string) (buildkit.Steps, error) {
-	var fa *llb.FileAction
-	for _, f := range files {
-		opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
-		if fa == nil {
-			fa = llb.Copy(f.From, f.Src, f.Dest, opt)
-		} else {
-			fa = fa.Copy(f.From, f.Src, f.Dest, opt)
-		}
-	}
-	st := llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect", name))
+// replacing what was there only when the solve succeeded. written is how
+// kiln last wrote dest's files (nil for none): a file still as written,
+// whose source in the daemon has the size and modification time it was
+// exported with (the local exporter keeps them), is the same link of the
+// same binary, so it is not sent again but linked into the new directory.
+// An edit to one binary then moves one file per platform, not all of them.
+func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written map[string]fileStat) (buildkit.Steps, error) {
+	var mu sync.Mutex
+	held := map[int]bool{} // files dest holds already
 	job := buildkit.Job{
 		Name: name,
 		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+			imports := buildkit.CacheImports(c)
+			eg, ectx := errgroup.WithContext(ctx)
+			for i, f := range files {
+				was, ok := written[filepath.Join(dest, f.Dest)]
+				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was {
+					continue
+				}
+				eg.Go(func() error {
+					def, err := f.From.Marshal(ectx)
+					if err != nil {
+						return err
+					}
+					r, err := c.Solve(ectx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports})
+					if err != nil {
+						return err
+					}
+					ref, err := r.SingleRef()
+					if err != nil {
+						return err
+					}
+					st, err := ref.StatFile(ectx, gateway.StatRequest{Path: f.Src})
+					if err != nil {
+						return err
+					}
+					if st.Size == was.Size && st.ModTime == was.ModTime {
+						mu.Lock()
+						held[i] = true
+						mu.Unlock()
+					}
+					return nil
+				})
+			}
+			if err := eg.Wait(); err != nil {
+				return nil, err
+			}
+			var fa *llb.FileAction
+			for i, f := range files {
+				if held[i] {
+					continue
+				}
+				opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
+				if fa == nil {
+					fa = llb.Copy(f.From, f.Src, f.Dest, opt)
+				} else {
+					fa = fa.Copy(f.From, f.Src, f.Dest, opt)
+				}
+			}
+			st := llb.Scratch()
+			if fa != nil {
+				st = st.File(fa, llb.WithCustomNamef("[%s] collect", name))
+			}
 			def, err := st.Marshal(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c)})
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports})
 		},
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   dest,
+		Complete: func(dir string) error {
+			for i := range held {
+				to := filepath.Join(dir, files[i].Dest)
+				if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+					return err
+				}
+				if err := os.Link(filepath.Join(dest, files[i].Dest), to); err != nil {
+					return fmt.Errorf("keep %s: %w", filepath.Join(dest, files[i].Dest), err)
+				}
+			}
+			return nil
+		},
 	}
 	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions(ctx))
 	if err != nil {

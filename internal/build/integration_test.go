@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -569,8 +570,27 @@ func TestImagesIntegration(t *testing.T) {
 	t.Run("an edit relinks only the binary it reaches; the others are kept", func(t *testing.T) {
 		o := editedCopy(t, opts, "")
 		o.Platforms = "linux/amd64"
-		if _, err := build.Binaries(ctx, o); err != nil {
+		first, err := build.Binaries(ctx, o)
+		if err != nil {
 			t.Fatal(err)
+		}
+		file := func(name string) (uint64, []byte) {
+			t.Helper()
+			path := filepath.Join(first.Dir, "linux_amd64", name)
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fi.Sys().(*syscall.Stat_t).Ino, data
+		}
+		names := []string{"antctl", "antrea-agent", "antrea-cni", "antrea-controller"}
+		inodes, contents := map[string]uint64{}, map[string][]byte{}
+		for _, n := range names {
+			inodes[n], contents[n] = file(n)
 		}
 		testdaemon.AppendLine(t, filepath.Join(o.Root, "pkg/agent/agent.go"), "\nfunc init() { println() }\n")
 		var progress bytes.Buffer
@@ -582,6 +602,34 @@ func TestImagesIntegration(t *testing.T) {
 		written := regexp.MustCompile(`(?m)(?:cp|mv) \S+ /kiln/keep/(\S+)$`).FindAllStringSubmatch(progress.String(), -1)
 		if links != 1 || len(written) != 1 || written[0][1] != "antrea-agent" {
 			t.Errorf("%d links, wrote %v; want one link, of antrea-agent alone:\n%s", links, written, progress.String())
+		}
+		// Only the agent came from the daemon; the others are the files
+		// written before, linked into the new directory.
+		for _, n := range names {
+			ino, data := file(n)
+			if changed := n == "antrea-agent"; (ino != inodes[n]) != changed || bytes.Equal(data, contents[n]) == changed {
+				t.Errorf("%s: inode %d, was %d; same bytes %t; want it sent again only if it changed", n, ino, inodes[n], bytes.Equal(data, contents[n]))
+			}
+		}
+
+		// A rewrite that keeps the size and sets the time back is written over.
+		antctl := filepath.Join(first.Dir, "linux_amd64", "antctl")
+		fi, err := os.Stat(antctl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(antctl, bytes.Repeat([]byte{'x'}, int(fi.Size())), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(antctl, fi.ModTime(), fi.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		o.Progress, o.ProgressOut, o.TraceCompiles = "quiet", nil, false
+		if _, err := build.Binaries(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		if _, data := file("antctl"); !bytes.Equal(data, contents["antctl"]) {
+			t.Error("a rewritten antctl with its old size and time was kept")
 		}
 	})
 

@@ -35,10 +35,14 @@ type outputRecord struct {
 	Digest string              `json:"digest,omitempty"`
 }
 
-// fileStat is how a written file looked right after kiln wrote it.
+// fileStat is how a written file looked right after kiln wrote it. The
+// change time and inode catch a rewrite that kept the size and set the old
+// modification time back.
 type fileStat struct {
-	Size    int64 `json:"size"`
-	ModTime int64 `json:"modTime"`
+	Size       int64  `json:"size"`
+	ModTime    int64  `json:"modTime"`
+	ChangeTime int64  `json:"changeTime,omitempty"`
+	Inode      uint64 `json:"inode,omitempty"`
 }
 
 func statFile(path string) (fileStat, bool) {
@@ -46,7 +50,8 @@ func statFile(path string) (fileStat, bool) {
 	if err != nil || !fi.Mode().IsRegular() {
 		return fileStat{}, false
 	}
-	return fileStat{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}, true
+	ctime, ino, _ := changeTime(fi)
+	return fileStat{Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), ChangeTime: ctime, Inode: ino}, true
 }
 
 // outputKey is the key of an output made from these steps' inputs.

@@ -41,6 +41,9 @@ type Job struct {
 	// succeeded; until then the output has a temporary name. Empty for
 	// exporters that write nowhere on this machine (a registry push).
 	Dest string
+	// Complete, when set, adds to a directory export what the solve left
+	// out (files the old output already holds), before it replaces Dest.
+	Complete func(dir string) error
 }
 
 // Result is what one job produced.
@@ -226,6 +229,12 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		if unchanged[i] {
 			os.RemoveAll(temps[i])
 			continue
+		}
+		if job.Complete != nil {
+			if err := job.Complete(temps[i]); err != nil {
+				cleanup()
+				return nil, err
+			}
 		}
 		if err := Replace(temps[i], job.Dest); err != nil {
 			cleanup()

@@ -275,6 +275,12 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		if err != nil {
 			return err
 		}
+		// The copy carries the link's time: a binary go did not relink
+		// leaves the step as it did last time, so kiln can tell that the
+		// copy it exported then is this binary (images set their own times).
+		if err := os.Chtimes(filepath.Join(out, name), info.ModTime(), info.ModTime()); err != nil {
+			return err
+		}
 		next[name] = keptFile{Size: info.Size(), ModTime: info.ModTime().UnixNano()}
 	}
 	for name, k := range kept {
