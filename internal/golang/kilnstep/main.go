@@ -32,6 +32,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Spec says which go commands find the entries to snapshot.
@@ -210,6 +211,11 @@ func lastLines(s string, n int) string {
 type keptFile struct {
 	Size    int64 `json:"size"`
 	ModTime int64 `json:"modTime"`
+	// BuildID is the binary's Go build ID note, and Linked when go linked
+	// that build ID: go touches a binary it finds up to date, so the
+	// modification time does not tell.
+	BuildID string `json:"buildID,omitempty"`
+	Linked  int64  `json:"linked,omitempty"`
 }
 
 const keptRecord = ".kilnstep-kept.json"
@@ -275,13 +281,19 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		if err != nil {
 			return err
 		}
-		// The copy carries the link's time: a binary go did not relink
-		// leaves the step as it did last time, so kiln can tell that the
-		// copy it exported then is this binary (images set their own times).
-		if err := os.Chtimes(filepath.Join(out, name), info.ModTime(), info.ModTime()); err != nil {
+		// The copy carries the time of its link: a binary go did not
+		// relink leaves the step as it did last time, so kiln can tell that
+		// the copy it exported then is this binary (images set their own
+		// times).
+		k := keptFile{Size: info.Size(), ModTime: info.ModTime().UnixNano(), BuildID: goBuildID(filepath.Join(keep, name)), Linked: info.ModTime().UnixNano()}
+		if was := kept[name]; k.BuildID != "" && was.BuildID == k.BuildID && was.Linked != 0 {
+			k.Linked = was.Linked
+		}
+		linked := time.Unix(0, k.Linked)
+		if err := os.Chtimes(filepath.Join(out, name), linked, linked); err != nil {
 			return err
 		}
-		next[name] = keptFile{Size: info.Size(), ModTime: info.ModTime().UnixNano()}
+		next[name] = k
 	}
 	for name, k := range kept {
 		if _, ok := next[name]; !ok {
@@ -296,6 +308,22 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		return err
 	}
 	return os.Rename(tmp, filepath.Join(keep, keptRecord))
+}
+
+// goBuildID is the Go build ID note of an ELF binary, "" for another
+// format or none.
+func goBuildID(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if sec := f.Section(".note.go.buildid"); sec != nil {
+		if data, err := sec.Data(); err == nil {
+			return string(data)
+		}
+	}
+	return ""
 }
 
 // copyBlankingBuildID copies a binary. In an ELF binary, the Go build ID

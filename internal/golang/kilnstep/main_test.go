@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 )
 
 // TestBlankedBuildIDsMakeDeadCodeInvisible links a program twice, the
@@ -101,5 +102,45 @@ func TestGoBuildsSideBySideShareTheCPUs(t *testing.T) {
 	t.Setenv("GOFLAGS", "-mod=vendor -p=3")
 	if got := withParallelism(args, 2); !slices.Equal(got, args) {
 		t.Errorf("with -p in GOFLAGS: %v, want the arguments unchanged", got)
+	}
+}
+
+// A binary go finds up to date leaves the step with the time of its link,
+// though go touched it; a relinked one with the time of its new link.
+func TestABinaryGoDidNotRelinkKeepsItsLinkTime(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build three times")
+	}
+	src, keep := t.TempDir(), t.TempDir()
+	write := func(main string) {
+		for name, data := range map[string]string{"go.mod": "module kept\n\ngo 1.26\n", "main.go": main} {
+			if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	build := func() time.Time {
+		t.Helper()
+		out := t.TempDir()
+		t.Chdir(src)
+		t.Setenv("CGO_ENABLED", "0")
+		t.Setenv("GOFLAGS", "")
+		if err := gobuild(keep, out, []string{"kept"}, []string{"go", "build", "-trimpath", "-o", keep + "/", "."}); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Stat(filepath.Join(out, "kept"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.ModTime()
+	}
+	write("package main\n\nfunc main() {}\n")
+	first := build()
+	if again := build(); !again.Equal(first) {
+		t.Errorf("an up-to-date binary left the step at %v, linked at %v", again, first)
+	}
+	write("package main\n\nfunc main() { println() }\n")
+	if relinked := build(); relinked.Equal(first) {
+		t.Error("a relinked binary kept the time of the link before")
 	}
 }
