@@ -667,9 +667,12 @@ type FileCopy struct {
 // replacing what was there only when the solve succeeded. written is how
 // kiln last wrote dest's files (nil for none): a file still as written,
 // whose source in the daemon has the size and modification time it was
-// exported with (the local exporter keeps them), is the same link of the
-// same binary, so it is not sent again but linked into the new directory.
-// An edit to one binary then moves one file per platform, not all of them.
+// exported with (the local exporter keeps them; kilnstep gives a binary the
+// nanosecond of the link that made it), is that link's binary, so it is not
+// sent again but linked into the new directory. An edit to one binary then
+// moves one file per platform, not all of them. A time in whole seconds (a
+// layer from a registry cache keeps no more) or a host without change times
+// keeps nothing.
 func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written map[string]fileStat) (buildkit.Steps, error) {
 	var mu sync.Mutex
 	held := map[int]bool{} // files dest holds already
@@ -680,7 +683,7 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 			eg, ectx := errgroup.WithContext(ctx)
 			for i, f := range files {
 				was, ok := written[filepath.Join(dest, f.Dest)]
-				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was {
+				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
 					continue
 				}
 				eg.Go(func() error {
@@ -737,12 +740,19 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 		Dest:   dest,
 		Complete: func(dir string) error {
 			for i := range held {
-				to := filepath.Join(dir, files[i].Dest)
+				from, to := filepath.Join(dest, files[i].Dest), filepath.Join(dir, files[i].Dest)
+				if now, ok := statFile(from); !ok || now != written[from] {
+					return fmt.Errorf("%s changed while kiln built (another build writing to %s?): build again", from, dest)
+				}
 				if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 					return err
 				}
-				if err := os.Link(filepath.Join(dest, files[i].Dest), to); err != nil {
-					return fmt.Errorf("keep %s: %w", filepath.Join(dest, files[i].Dest), err)
+				if err := os.Link(from, to); err != nil {
+					// No hard links there (another file system, a protected
+					// link): a copy with the same time does as well.
+					if err := copyFile(from, to); err != nil {
+						return fmt.Errorf("keep %s: %w", from, err)
+					}
 				}
 			}
 			return nil
@@ -753,6 +763,31 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 		return nil, err
 	}
 	return out.Steps, nil
+}
+
+// copyFile copies a file with its mode and modification time.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(to, fi.ModTime(), fi.ModTime())
 }
 
 // goCacheKeys reads the pinned snapshot key (-gocachekey, else

@@ -62,6 +62,9 @@ func (s *Graph) Ships(target ocispec.Platform, names ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	platform := config.FormatPlatform(target)
+	if _, built := s.built[platform]; built {
+		panic(fmt.Sprintf("Ships(%s) after that platform's first Binary", platform))
+	}
 	for _, n := range names {
 		if !slices.Contains(s.shipped[platform], n) {
 			s.shipped[platform] = append(s.shipped[platform], n)
@@ -88,7 +91,10 @@ func (s *Graph) link(name string, target ocispec.Platform, symbols bool) llb.Sta
 		return st
 	}
 	built := s.builtFor(target)
-	st := built.Binaries[name]
+	st, ok := built.Binaries[name]
+	if !ok {
+		panic(fmt.Sprintf("binary %s is not built for %s: Ships names the binaries of a platform outside the plan before its first Binary", name, platform))
+	}
 	if symbols {
 		st = s.Golang.LinkWithSymbols(*s.Plan.Binary(name), built.Steps[name], target)
 	}
@@ -107,19 +113,19 @@ func (s *Graph) builtFor(target ocispec.Platform) golang.Built {
 	}
 	order := slices.Clone(s.Plan.Platforms)
 	inPlan := slices.ContainsFunc(order, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform })
-	side := min(golang.SideBySide, len(order))
-	if !inPlan {
-		if !slices.ContainsFunc(s.extra, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform }) {
-			s.extra = append(s.extra, target)
-		}
-		side = golang.SideBySide
+	if !inPlan && !slices.ContainsFunc(s.extra, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform }) {
+		s.extra = append(s.extra, target)
 	}
 	order = append(order, s.extra...)
+	// A plan of one platform builds at full width, so anything after it
+	// (a release asset platform) waits its turn.
+	side := min(golang.SideBySide, len(s.Plan.Platforms))
 	var after *llb.State
-	if i := slices.IndexFunc(order, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform }); i >= golang.SideBySide {
-		prev := s.builtFor(order[i-golang.SideBySide]).Step
+	if i := slices.IndexFunc(order, func(t ocispec.Platform) bool { return config.FormatPlatform(t) == platform }); i >= max(side, 1) {
+		prev := s.builtFor(order[i-max(side, 1)]).Step
 		after = &prev
 	}
+	side = max(side, 1)
 	bins := s.Plan.Binaries
 	if names, ok := s.shipped[platform]; ok && !inPlan {
 		bins = slices.DeleteFunc(slices.Clone(bins), func(b plan.Binary) bool { return !slices.Contains(names, b.Name) })

@@ -8,11 +8,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sync"
 	"testing"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/containerd/platforms"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -86,7 +85,8 @@ func Toolchain(t testing.TB) {
 			toolchain.err = err
 			return
 		}
-		tc, err := plan.PinnedToolchain(cfg, ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH})
+		// The managed daemon's worker runs on this host: its platform.
+		tc, err := plan.PinnedToolchain(cfg, platforms.Normalize(platforms.DefaultSpec()))
 		if err != nil {
 			toolchain.err = err
 			return

@@ -234,7 +234,7 @@ func withParallelism(goArgs []string, side int) []string {
 			return goArgs
 		}
 	}
-	p := max(1, runtime.GOMAXPROCS(0)/side)
+	p := max(1, (runtime.GOMAXPROCS(0)+side-1)/side) // 3 CPUs: 2 and 2, none idle
 	return append(append(slices.Clone(goArgs[:2]), "-p="+strconv.Itoa(p)), goArgs[2:]...)
 }
 

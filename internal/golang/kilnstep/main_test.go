@@ -95,7 +95,7 @@ func TestGoBuildsSideBySideShareTheCPUs(t *testing.T) {
 	if got := withParallelism(args, 1); !slices.Equal(got, args) {
 		t.Errorf("alone: %v, want the arguments unchanged", got)
 	}
-	want := fmt.Sprintf("-p=%d", max(1, runtime.GOMAXPROCS(0)/2))
+	want := fmt.Sprintf("-p=%d", (runtime.GOMAXPROCS(0)+1)/2)
 	if got := withParallelism(args, 2); len(got) != len(args)+1 || got[2] != want || !slices.Equal(got[3:], args[2:]) {
 		t.Errorf("side by side: %v, want %s after build", got, want)
 	}
