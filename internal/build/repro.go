@@ -8,6 +8,7 @@ import (
 
 	"github.com/moby/buildkit/client"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/verify"
 )
@@ -20,6 +21,8 @@ const reproCache = "kiln-repro-gocache"
 type ReproOutcome struct {
 	First, Second []ImageResult
 	Differences   []verify.Difference
+	// Isolated holds the steps of the second build.
+	Isolated buildkit.Steps
 }
 
 // Repro builds every image twice, the second time in isolation (every step
@@ -56,7 +59,7 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 		return nil, fmt.Errorf("second, isolated build: %w", err)
 	}
 
-	out := &ReproOutcome{First: a.Images, Second: b.Images}
+	out := &ReproOutcome{First: a.Images, Second: b.Images, Isolated: b.Steps}
 	for i := range a.Images {
 		if a.Images[i].Digest == b.Images[i].Digest {
 			continue
@@ -74,8 +77,9 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 	return out, nil
 }
 
-// isolated is a session on the same daemon that re-runs every step on an
-// empty Go build cache of its own; cleanup empties that cache again.
+// isolated is a session on the same daemon that re-runs every step, once
+// for all its images, on an empty Go build cache of its own; cleanup
+// empties that cache again.
 func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	if err := s.pruneReproCache(ctx); err != nil {
 		return nil, nil, err

@@ -58,6 +58,8 @@ type Step struct {
 	Name     string        `json:"name"`
 	Cached   bool          `json:"cached"`
 	Duration time.Duration `json:"duration"`
+	// Runs counts the times the step executed across the solve's jobs.
+	Runs int `json:"runs,omitempty"`
 }
 
 // Outcome is what one Solve did: each job's result and every step.
@@ -373,7 +375,10 @@ type vertexLogs struct {
 	seen     []digest.Digest
 	// ran marks vertices that executed in some job; a later job of the same
 	// Solve reports the same vertex as cached.
-	ran    map[digest.Digest]bool
+	ran map[digest.Digest]bool
+	// runs holds each execution's start, so a step a later job ran again
+	// counts twice.
+	runs   map[digest.Digest]map[time.Time]bool
 	names  map[digest.Digest]string
 	errs   map[digest.Digest]string
 	output map[digest.Digest][]byte
@@ -381,7 +386,7 @@ type vertexLogs struct {
 }
 
 func newVertexLogs() *vertexLogs {
-	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, ran: map[digest.Digest]bool{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
+	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, ran: map[digest.Digest]bool{}, runs: map[digest.Digest]map[time.Time]bool{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
 }
 
 const maxLogPerVertex = 64 << 10
@@ -396,6 +401,12 @@ func (v *vertexLogs) record(s *client.SolveStatus) {
 		v.vertices[vx.Digest] = vx
 		if !vx.Cached && vx.Completed != nil {
 			v.ran[vx.Digest] = true
+			if vx.Started != nil {
+				if v.runs[vx.Digest] == nil {
+					v.runs[vx.Digest] = map[time.Time]bool{}
+				}
+				v.runs[vx.Digest][*vx.Started] = true
+			}
 		}
 		v.names[vx.Digest] = vx.Name
 		// A missing cache to import is a warning, not the build's failure.
@@ -423,7 +434,7 @@ func (v *vertexLogs) steps() Steps {
 		if vx.Name == "" || !strings.HasPrefix(vx.Name, "[") {
 			continue // kiln names its vertices "[what] step"; skip BuildKit's own
 		}
-		st := Step{Name: vx.Name, Cached: !v.ran[dg]}
+		st := Step{Name: vx.Name, Cached: !v.ran[dg], Runs: len(v.runs[dg])}
 		if vx.Started != nil && vx.Completed != nil {
 			st.Duration = vx.Completed.Sub(*vx.Started)
 		}

@@ -29,7 +29,9 @@ import (
 type Graph struct {
 	Plan   *plan.Plan
 	Golang *golang.Graph
-	// NoCache marshals every vertex with IgnoreCache (reproducibility checks).
+	// NoCache re-runs every vertex once (reproducibility checks): a vertex
+	// is marshalled with IgnoreCache until a solve of this graph has run it,
+	// so images sharing a go build do not each compile it again.
 	NoCache bool
 
 	mu       sync.Mutex
@@ -37,6 +39,7 @@ type Graph struct {
 	built    map[string]golang.Built // by platform
 	shipped  map[string][]string     // binaries of a platform outside the plan's, by platform
 	extra    []ocispec.Platform      // platforms outside the plan's, in the order asked for
+	reran    map[digest.Digest]bool  // vertices a NoCache solve of this graph ran
 }
 
 func NewGraph(p *plan.Plan, excludes []string, fetch *golang.Fetch) *Graph {
@@ -159,11 +162,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		for i, target := range img.Targets {
 			id := config.FormatPlatform(target)
 			eg.Go(func() error {
-				var marshal []llb.ConstraintsOpt
-				if s.NoCache {
-					marshal = append(marshal, llb.IgnoreCache)
-				}
-				def, err := states[i].Marshal(ctx, marshal...)
+				def, err := s.marshal(ctx, states[i])
 				if err != nil {
 					return err
 				}
@@ -175,6 +174,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 				if err != nil {
 					return err
 				}
+				s.solved(def)
 				ref, err := r.SingleRef()
 				if err != nil {
 					return err
@@ -203,6 +203,43 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		}
 		res.AddMeta(exptypes.ExporterPlatformsKey, dt)
 		return res, nil
+	}
+}
+
+// marshal is st's definition; under NoCache every vertex no earlier solve
+// of this graph ran ignores the cache, and one that ran is taken from it:
+// the result it left is the newest under its key.
+func (s *Graph) marshal(ctx context.Context, st llb.State) (*llb.Definition, error) {
+	if !s.NoCache {
+		return st.Marshal(ctx)
+	}
+	def, err := st.Marshal(ctx, llb.IgnoreCache)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for dg, meta := range def.Metadata {
+		if s.reran[dg] {
+			meta.IgnoreCache = false
+			def.Metadata[dg] = meta
+		}
+	}
+	return def, nil
+}
+
+// solved records the vertices of a definition a NoCache solve has run.
+func (s *Graph) solved(def *llb.Definition) {
+	if !s.NoCache {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.reran == nil {
+		s.reran = map[digest.Digest]bool{}
+	}
+	for dg := range def.Metadata {
+		s.reran[dg] = true
 	}
 }
 

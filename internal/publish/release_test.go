@@ -278,6 +278,16 @@ func TestRelease(t *testing.T) {
 			t.Errorf("%s: %d signatures and %d attestations verified, want 4 and 4", img.Name, img.Signatures, img.Attestations)
 		}
 	}
+	// Both images carry linux/arm/v7 binaries of the one go build: the
+	// isolated rebuild runs it, and every other step, once.
+	if ran := vo.Rebuild.Ran("[linux/arm/v7] go build"); len(ran) != 1 {
+		t.Errorf("the isolated rebuild ran the go build %v, want [linux/arm/v7] go build", ran)
+	}
+	for _, st := range vo.Rebuild {
+		if st.Runs > 1 {
+			t.Errorf("the isolated rebuild ran %s %d times, want once", st.Name, st.Runs)
+		}
+	}
 	if _, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, publish.VerifyReleaseOptions{PushOptions: vopts.PushOptions, Version: "v9.9.9", PublicKey: pub}); err == nil || !strings.Contains(err.Error(), "v9.9.9") {
 		t.Errorf("release:verify of a version never released: %v", err)
 	}

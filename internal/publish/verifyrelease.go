@@ -63,6 +63,8 @@ type VerifyReleaseOutcome struct {
 	Commit      string              `json:"commit"`
 	Images      []VerifiedImage     `json:"images"`
 	Differences []verify.Difference `json:"differences"`
+	// Rebuild holds the steps of the isolated rebuild.
+	Rebuild buildkit.Steps `json:"-"`
 }
 
 // OK says every image matched its rebuild.
@@ -165,6 +167,7 @@ func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseO
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s in isolation: %w", vopts.Version, err)
 	}
+	out.Rebuild = rebuilt.Steps
 	for i, r := range rebuilt.Images {
 		vi := &out.Images[i]
 		vi.Rebuilt, vi.Compared = r.Digest, r.Platforms

@@ -123,9 +123,9 @@ type Verify mg.Namespace
 
 // Builds every image twice, the second time in isolation, and compares them.
 //
-// The second build reuses no step and starts from an empty Go cache; every
-// index, manifest, config, layer, file and ELF section is compared and each
-// difference is located.
+// The second build reuses nothing built before it: every step runs again,
+// once for all images, on an empty Go cache. Every index, manifest, config,
+// layer, file and ELF section is compared and each difference is located.
 //
 //	-platforms, -progress   as for images
 func (Verify) Repro(ctx context.Context, platforms *string, progress *string) error {
