@@ -2,6 +2,7 @@ package targets_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -220,6 +223,14 @@ source: https://example.com/antrea
 		if c.User != "0:0" || !slices.Contains(c.Env, "BASE=kiln-test") || c.Labels["vendor"] != "kiln-test-base" || len(m.Layers) < 2 {
 			t.Errorf("%s: the agent image does not sit on its base: user %q env %v labels %v, %d layers", m.Platform, c.User, c.Env, c.Labels, len(m.Layers))
 		}
+		// kiln adds one layer and leaves the base's byte for byte.
+		var layers []string
+		for _, l := range m.Manifest.Layers[:len(m.Manifest.Layers)-1] {
+			layers = append(layers, l.Digest.String())
+		}
+		if want := baseLayers(t, reg, base, m.Platform); !slices.Equal(layers, want) {
+			t.Errorf("%s: the agent image's layers under kiln's are %v, the base's %v", m.Platform, layers, want)
+		}
 	}
 	if out := run("verify"); !strings.Contains(out, "root, allowed: the agent programs the host") || !strings.Contains(out, "/bin/busybox setuid, allowed: the base's busybox") {
 		t.Errorf("mage verify does not report the allowed root:\n%s", out)
@@ -273,6 +284,42 @@ source: https://example.com/antrea
 		}
 	}
 	t.Logf("mage bench -runs=1 in the adopting repository:\n%s", report)
+}
+
+// baseLayers are the layer digests of the base image (a digest-pinned
+// reference in reg) for one platform.
+func baseLayers(t *testing.T, reg *testdaemon.Registry, base, platform string) []string {
+	t.Helper()
+	name, dgst, _ := strings.Cut(strings.TrimPrefix(base, reg.Addr+"/"), "@")
+	name, _, _ = strings.Cut(name, ":") // the tag
+	_, _, body, err := reg.Manifest(name, dgst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index ocispec.Index
+	if err := json.Unmarshal(body, &index); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range index.Manifests {
+		if d.Platform == nil || d.Platform.OS+"/"+d.Platform.Architecture != platform {
+			continue
+		}
+		_, _, body, err := reg.Manifest(name, d.Digest.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m ocispec.Manifest
+		if err := json.Unmarshal(body, &m); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, l := range m.Layers {
+			out = append(out, l.Digest.String())
+		}
+		return out
+	}
+	t.Fatalf("the base %s has no %s manifest", base, platform)
+	return nil
 }
 
 // digestsOf are the index digests mage images printed, one per image.

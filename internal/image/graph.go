@@ -243,13 +243,12 @@ func (s *Graph) solved(def *llb.Definition) {
 	}
 }
 
-// exporterAttrs make the export reproducible: layer timestamps rewritten to
-// the source date, OCI media types.
+// exporterAttrs make the export reproducible: the source date, OCI media
+// types. Layer times need no rewrite: Rootfs dates every entry.
 func (s *Graph) ExporterAttrs(name string) map[string]string {
 	return map[string]string{
 		"name":                                  name,
 		string(exptypes.OptKeyOCITypes):         "true",
-		string(exptypes.OptKeyRewriteTimestamp): "true",
 		"source-date-epoch":                     strconv.FormatInt(s.Plan.SourceDateEpoch, 10),
 	}
 }

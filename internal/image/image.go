@@ -54,7 +54,19 @@ func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 		Copy(emptyDir, "/d", "/tmp", &llb.CopyInfo{Mode: &llb.ChmodOpt{ModeStr: "1777"}, ChownOpt: ownerOpt(), CreatedTime: &created}).
 		Mkdir(BinDir, 0o755, llb.WithParents(true), owner, stamp)
 	fa = addContent(fa, img, binaries, context, created)
-	return llb.Scratch().Platform(target).File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))
+	return stamped(img, target, llb.Scratch().Platform(target), fa, created)
+}
+
+// stamped lays what fa makes on top of under, every file and directory
+// dated created: fa is made on scratch first and copied over as a whole,
+// because adding an entry to a directory dates it now and a copy dates each
+// directory after filling it. So the exporter need not rewrite the layer's
+// times (a second compression of it) and a base's layers stay as they are.
+func stamped(img plan.Image, target ocispec.Platform, under llb.State, fa *llb.FileAction, created time.Time) llb.State {
+	group := llb.ProgressGroup(img.Name, "image "+img.Name, false)
+	content := llb.Scratch().Platform(target).File(fa, llb.WithCustomNamef("[%s %s] image files", img.Name, config.FormatPlatform(target)), group)
+	return under.File(llb.Copy(content, "/", "/", &llb.CopyInfo{CopyDirContentsOnly: true, CreatedTime: &created}),
+		llb.WithCustomName(AssembleStepName(img.Name, target)), group)
 }
 
 func ownerOpt() *llb.ChownOpt {
@@ -173,5 +185,5 @@ func onBase(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 	base := llb.Image(img.Base, llb.Platform(target), llb.WithCustomNamef("[%s %s] base %s", img.Name, config.FormatPlatform(target), img.Base))
 	fa := llb.Mkdir(BinDir, 0o755, llb.WithParents(true), llb.WithUIDGID(0, 0), llb.WithCreatedTime(created))
 	fa = addContent(fa, img, binaries, context, created)
-	return base.File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))
+	return stamped(img, target, base, fa, created)
 }
