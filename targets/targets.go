@@ -273,9 +273,10 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 // The release pipeline: stamped release assets and every image pushed.
 //
 // Stamps version (git describe or VERSION), commit and tree state (a dirty
-// tree refuses unless -force); writes the release assets with SHA256SUMS and
-// SHA256SUMS.sig under _output/release/<version>/; pushes every image for
-// linux/amd64, linux/arm64 and linux/arm/v7; signs every index and platform
+// tree refuses unless -force); writes the release assets (kiln.yaml
+// release.assets) with SHA256SUMS and SHA256SUMS.sig under
+// _output/release/<version>/; pushes every image for every platform of
+// release.platforms (default: platforms); signs every index and platform
 // manifest and attaches a signed SLSA v1 provenance and SPDX SBOMs, all
 // verifiable with cosign. The key is KILN_SIGNING_KEY (or kiln.yaml
 // signing.key), a cosign.key whose password is in KILN_SIGNING_PASSWORD (or
@@ -313,7 +314,9 @@ func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify 
 	}
 	if !sum.DryRun && len(sum.Images) > 0 {
 		fmt.Printf("signed; check with the public key:\n  cosign verify --key cosign.pub --insecure-ignore-tlog %s\n", sum.Images[0].Refs[0])
-		fmt.Printf("  cosign verify-blob --key cosign.pub --insecure-ignore-tlog --signature %s/SHA256SUMS.sig %s/SHA256SUMS\n", sum.AssetsDir, sum.AssetsDir)
+		if sum.AssetsDir != "" {
+			fmt.Printf("  cosign verify-blob --key cosign.pub --insecure-ignore-tlog --signature %s/SHA256SUMS.sig %s/SHA256SUMS\n", sum.AssetsDir, sum.AssetsDir)
+		}
 		fmt.Printf("  mage release:verify %s\n", sum.Version)
 	}
 	return nil

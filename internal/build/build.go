@@ -105,6 +105,15 @@ func (o *Options) root() (string, error) {
 	return os.Getwd()
 }
 
+// Config loads kiln.yaml of the tree the options build.
+func (o *Options) Config() (*config.Config, error) {
+	root, err := o.root()
+	if err != nil {
+		return nil, err
+	}
+	return config.Load(root)
+}
+
 func (o *Options) OutDirFor(root string) string {
 	if o.OutDir != "" {
 		return o.OutDir

@@ -58,7 +58,7 @@ type Step struct {
 	Name     string        `json:"name"`
 	Cached   bool          `json:"cached"`
 	Duration time.Duration `json:"duration"`
-	// Runs counts the times the step executed across the solve's jobs.
+	// Runs counts the jobs of the solve that executed the step.
 	Runs int `json:"runs,omitempty"`
 }
 
@@ -183,7 +183,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 			go func() {
 				defer fwd.Done()
 				for s := range ch {
-					logs.record(s)
+					logs.record(i, s)
 					statusCh <- s
 				}
 			}()
@@ -376,9 +376,11 @@ type vertexLogs struct {
 	// ran marks vertices that executed in some job; a later job of the same
 	// Solve reports the same vertex as cached.
 	ran map[digest.Digest]bool
-	// runs holds each execution's start, so a step a later job ran again
-	// counts twice.
-	runs   map[digest.Digest]map[time.Time]bool
+	// ranIn says, by job, whether the last completion of a vertex that job
+	// reported was not from the cache: a step a later job ran again counts
+	// twice. (Before loading a cached result BuildKit reports a short
+	// completion that is not marked cached.)
+	ranIn  map[digest.Digest]map[int]bool
 	names  map[digest.Digest]string
 	errs   map[digest.Digest]string
 	output map[digest.Digest][]byte
@@ -386,12 +388,12 @@ type vertexLogs struct {
 }
 
 func newVertexLogs() *vertexLogs {
-	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, ran: map[digest.Digest]bool{}, runs: map[digest.Digest]map[time.Time]bool{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
+	return &vertexLogs{vertices: map[digest.Digest]*client.Vertex{}, ran: map[digest.Digest]bool{}, ranIn: map[digest.Digest]map[int]bool{}, names: map[digest.Digest]string{}, errs: map[digest.Digest]string{}, output: map[digest.Digest][]byte{}}
 }
 
 const maxLogPerVertex = 64 << 10
 
-func (v *vertexLogs) record(s *client.SolveStatus) {
+func (v *vertexLogs) record(job int, s *client.SolveStatus) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	for _, vx := range s.Vertexes {
@@ -401,12 +403,12 @@ func (v *vertexLogs) record(s *client.SolveStatus) {
 		v.vertices[vx.Digest] = vx
 		if !vx.Cached && vx.Completed != nil {
 			v.ran[vx.Digest] = true
-			if vx.Started != nil {
-				if v.runs[vx.Digest] == nil {
-					v.runs[vx.Digest] = map[time.Time]bool{}
-				}
-				v.runs[vx.Digest][*vx.Started] = true
+		}
+		if vx.Completed != nil {
+			if v.ranIn[vx.Digest] == nil {
+				v.ranIn[vx.Digest] = map[int]bool{}
 			}
+			v.ranIn[vx.Digest][job] = !vx.Cached
 		}
 		v.names[vx.Digest] = vx.Name
 		// A missing cache to import is a warning, not the build's failure.
@@ -434,7 +436,12 @@ func (v *vertexLogs) steps() Steps {
 		if vx.Name == "" || !strings.HasPrefix(vx.Name, "[") {
 			continue // kiln names its vertices "[what] step"; skip BuildKit's own
 		}
-		st := Step{Name: vx.Name, Cached: !v.ran[dg], Runs: len(v.runs[dg])}
+		st := Step{Name: vx.Name, Cached: !v.ran[dg]}
+		for _, ran := range v.ranIn[dg] {
+			if ran {
+				st.Runs++
+			}
+		}
 		if vx.Started != nil && vx.Completed != nil {
 			st.Duration = vx.Completed.Sub(*vx.Started)
 		}

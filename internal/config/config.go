@@ -45,6 +45,7 @@ type Config struct {
 	Tag        string            `yaml:"tag"`
 	Source     string            `yaml:"source"`
 	Signing    Signing           `yaml:"signing"`
+	Release    Release           `yaml:"release"`
 
 	// Images are read from images/*/image.yaml, sorted by name.
 	Images []Image `yaml:"-"`
@@ -119,6 +120,14 @@ func (s Stamp) StampVariables() [][2]string {
 type Signing struct {
 	Key       string `yaml:"key" json:"key,omitempty"`
 	PublicKey string `yaml:"publicKey" json:"publicKey,omitempty"`
+}
+
+// Release is what `mage release` publishes: every image for Platforms
+// (default: the build's platforms), and each binary of Assets as a release
+// file for each platform listed under it.
+type Release struct {
+	Platforms []string            `yaml:"platforms" json:"platforms"`
+	Assets    map[string][]string `yaml:"assets" json:"assets,omitempty"`
 }
 
 // Cache holds the ids of the persistent cache mounts.
@@ -400,6 +409,51 @@ func (c *Config) validate() error {
 	}
 	if !tagRE.MatchString(c.Tag) {
 		return fieldErr(f, "tag", "%q is not an image tag", c.Tag)
+	}
+	return c.Release.validate(c)
+}
+
+func (r *Release) validate(c *Config) error {
+	f := File
+	if len(r.Platforms) == 0 {
+		r.Platforms = slices.Clone(c.Platforms)
+	}
+	seen := map[string]bool{}
+	for i, s := range r.Platforms {
+		field := fmt.Sprintf("release.platforms[%d]", i)
+		p, err := ParsePlatform(s)
+		if err != nil {
+			return fieldErr(f, field, "%v", err)
+		}
+		if p.OS != "linux" {
+			return fieldErr(f, field, "%q: images are linux only; ship other systems as release.assets", s)
+		}
+		if seen[FormatPlatform(p)] {
+			return fieldErr(f, field, "%q listed twice", s)
+		}
+		seen[FormatPlatform(p)] = true
+		r.Platforms[i] = FormatPlatform(p)
+	}
+	for _, name := range sortedKeys(r.Assets) {
+		if _, ok := c.Binary(name); !ok {
+			return fieldErr(f, "release.assets."+name, "unknown binary %q (known: %s)", name, c.binaryNames())
+		}
+		if len(r.Assets[name]) == 0 {
+			return fieldErr(f, "release.assets."+name, "no platforms; list where the binary ships, e.g. [linux/amd64, darwin/arm64], or remove it")
+		}
+		seen := map[string]bool{}
+		for i, s := range r.Assets[name] {
+			field := fmt.Sprintf("release.assets.%s[%d]", name, i)
+			p, err := ParsePlatform(s)
+			if err != nil {
+				return fieldErr(f, field, "%v", err)
+			}
+			if seen[FormatPlatform(p)] {
+				return fieldErr(f, field, "%q listed twice", s)
+			}
+			seen[FormatPlatform(p)] = true
+			r.Assets[name][i] = FormatPlatform(p)
+		}
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -68,6 +69,11 @@ func TestLoadGood(t *testing.T) {
 	if got := FormatPlatform(c.ParsedPlatforms[1]); got != "linux/arm64" {
 		t.Errorf("platforms[1] = %s", got)
 	}
+	// Without a release section a release carries the build's platforms
+	// and ships no files.
+	if !slices.Equal(c.Release.Platforms, []string{"linux/amd64", "linux/arm64"}) || len(c.Release.Assets) != 0 {
+		t.Errorf("release defaults: %+v", c.Release)
+	}
 }
 
 func TestLoadRepositoryConfig(t *testing.T) {
@@ -116,6 +122,11 @@ func TestLoadBadInput(t *testing.T) {
 		{"unparsable budget", kiln("tag: latest", "tag: latest\nbudgets:\n  antctl: lots"), []string{File, "budgets.antctl", "size"}},
 		{"bad per-binary tag", kiln("package: ./cmd/antctl", "package: ./cmd/antctl\n    go:\n      tags: [\"a b\"]"), []string{File, "binaries[0].go.tags[0]"}},
 		{"duplicate binary", kiln("name: antrea-agent", "name: antctl"), []string{File, "binaries[1].name", "twice"}},
+		{"release image platform not linux", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/amd64, darwin/arm64]"), []string{File, "release.platforms[1]", "linux only", "release.assets"}},
+		{"release platform twice", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/arm/v7, linux/arm]"), []string{File, "release.platforms[1]", "twice"}},
+		{"asset of an unknown binary", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antrea-foo: [linux/amd64]"), []string{File, "release.assets.antrea-foo", "unknown binary", "antctl, antrea-agent"}},
+		{"asset for no platform", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: []"), []string{File, "release.assets.antctl", "no platforms"}},
+		{"asset platform unsupported", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/amd64, plan9/mips]"), []string{File, "release.assets.antctl[1]", "unsupported platform"}},
 		{"bad binary name", kiln("name: antrea-agent", "name: Antrea Agent"), []string{File, "binaries[1].name"}},
 		{"package outside module", kiln("package: ./cmd/antctl", "package: ../other"), []string{File, "binaries[0].package"}},
 		{"no binaries", kiln("binaries:\n  - name: antctl\n    package: ./cmd/antctl\n  - name: antrea-agent\n    package: ./cmd/antrea-agent\n", "binaries: []\n"), []string{File, "binaries", "missing"}},

@@ -247,9 +247,9 @@ func (s *Graph) solved(def *llb.Definition) {
 // types. Layer times need no rewrite: Rootfs dates every entry.
 func (s *Graph) ExporterAttrs(name string) map[string]string {
 	return map[string]string{
-		"name":                                  name,
-		string(exptypes.OptKeyOCITypes):         "true",
-		"source-date-epoch":                     strconv.FormatInt(s.Plan.SourceDateEpoch, 10),
+		"name":                          name,
+		string(exptypes.OptKeyOCITypes): "true",
+		"source-date-epoch":             strconv.FormatInt(s.Plan.SourceDateEpoch, 10),
 	}
 }
 

@@ -6,7 +6,9 @@ import (
 	"debug/buildinfo"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -14,6 +16,8 @@ import (
 	spdxjson "github.com/spdx/tools-golang/json"
 	"github.com/spdx/tools-golang/spdx"
 	"github.com/spdx/tools-golang/spdx/v2/common"
+
+	"github.com/kiln-build/kiln/internal/config"
 )
 
 // SPDXPredicateType is the in-toto predicate type of an SPDX document.
@@ -153,25 +157,24 @@ type Asset struct {
 	SHA256   string `json:"sha256,omitempty"`
 }
 
-// Assets are the release files as Antrea ships them: antctl for every
-// desktop and server platform, the agent and CNI plugin for Windows nodes.
-func Assets() []Asset {
-	type pair struct{ bin, platform string }
+// Assets are the release files kiln.yaml's release.assets names: each
+// binary for each platform listed under it, binaries in name order.
+func Assets(r config.Release) []Asset {
 	var out []Asset
-	for _, p := range []pair{
-		{"antctl", "linux/amd64"}, {"antctl", "linux/arm64"}, {"antctl", "linux/arm/v7"},
-		{"antctl", "darwin/amd64"}, {"antctl", "darwin/arm64"},
-		{"antctl", "windows/amd64"}, {"antctl", "windows/arm64"},
-		{"antrea-agent", "windows/amd64"}, {"antrea-cni", "windows/amd64"},
-	} {
-		out = append(out, Asset{Binary: p.bin, Platform: p.platform, Name: assetName(p.bin, p.platform)})
+	for _, bin := range slices.Sorted(maps.Keys(r.Assets)) {
+		for _, platform := range r.Assets[bin] {
+			out = append(out, Asset{Binary: bin, Platform: platform, Name: assetName(bin, platform)})
+		}
 	}
 	return out
 }
 
 func assetName(bin, platform string) string {
 	parts := strings.Split(platform, "/")
-	arch := map[string]string{"amd64": "x86_64", "arm64": "arm64", "arm": "arm"}[parts[1]]
+	arch, ok := map[string]string{"amd64": "x86_64", "386": "i386"}[parts[1]]
+	if !ok {
+		arch = parts[1]
+	}
 	name := fmt.Sprintf("%s-%s-%s", bin, parts[0], arch)
 	if parts[0] == "windows" {
 		name += ".exe"

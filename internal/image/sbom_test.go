@@ -8,10 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	spdxjson "github.com/spdx/tools-golang/json"
+
+	"github.com/kiln-build/kiln/internal/config"
 )
 
 // The input is a binary with real module dependencies (testdata/sbommain),
@@ -100,5 +104,28 @@ func TestSPDXIDsOfDifferentNamesNeverCollide(t *testing.T) {
 				t.Errorf("%q: id %q holds %q", name, id, r)
 			}
 		}
+	}
+}
+
+// TestReleaseAssetsOfThisRepository: this repository's kiln.yaml ships the
+// files Antrea ships, named as Antrea names them.
+func TestReleaseAssetsOfThisRepository(t *testing.T) {
+	cfg, err := config.Load("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, a := range Assets(cfg.Release) {
+		names = append(names, a.Name)
+	}
+	want := []string{
+		"antctl-linux-x86_64", "antctl-linux-arm64", "antctl-linux-arm", "antctl-darwin-x86_64", "antctl-darwin-arm64",
+		"antctl-windows-x86_64.exe", "antctl-windows-arm64.exe", "antrea-agent-windows-x86_64.exe", "antrea-cni-windows-x86_64.exe",
+	}
+	if !slices.Equal(names, want) {
+		t.Errorf("release assets %v, want %v", names, want)
+	}
+	if got := strings.Join(cfg.Release.Platforms, ","); got != "linux/amd64,linux/arm64,linux/arm/v7" {
+		t.Errorf("release platforms %s", got)
 	}
 }

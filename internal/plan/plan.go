@@ -46,6 +46,8 @@ type Plan struct {
 	Cache           config.Cache       `json:"cache"`
 	// Signing is kiln.yaml's signing section, as written.
 	Signing config.Signing `json:"signing"`
+	// Release is what a release publishes: image platforms and assets.
+	Release config.Release `json:"release"`
 	// Source is the repository URL for the image source label.
 	Source string `json:"source"`
 	// Repository prefixes image names: <repository>/<image>:<tag>.
@@ -190,7 +192,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		d := drift[0]
 		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
 	}
-	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache}}
+	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache}}
 	for name, size := range cfg.Budgets {
 		p.Budgets[name], _ = config.ParseSize(size) // validated by config.Load
 	}

@@ -20,9 +20,6 @@ import (
 	"github.com/kiln-build/kiln/internal/sign"
 )
 
-// ReleasePlatforms are the platforms every released image carries.
-const ReleasePlatforms = "linux/amd64,linux/arm64,linux/arm/v7"
-
 // ReleaseOptions control `mage release`.
 type ReleaseOptions struct {
 	PushOptions
@@ -43,10 +40,11 @@ type ReleaseSummary struct {
 	TreeState string `json:"treeState"`
 	DryRun    bool   `json:"dryRun"`
 	// Caches is "isolated" (no shared cache read or written) or "trusted".
-	Caches    string        `json:"caches"`
-	Images    []PushResult  `json:"images"`
-	Platforms []string      `json:"platforms"`
-	AssetsDir string        `json:"assetsDir"`
+	Caches    string       `json:"caches"`
+	Images    []PushResult `json:"images"`
+	Platforms []string     `json:"platforms"`
+	// AssetsDir is empty when release.assets names none.
+	AssetsDir string        `json:"assetsDir,omitempty"`
 	Assets    []image.Asset `json:"assets"`
 }
 
@@ -57,11 +55,16 @@ type ReleaseSummary struct {
 // provenance and SPDX SBOMs, as cosign stores them. The indexes hold only
 // the images, so a rebuild of the same commit has the same digests.
 func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
+	cfg, err := opts.Config()
+	if err != nil {
+		return nil, err
+	}
+	assets := image.Assets(cfg.Release)
 	opts.Stamp = true
-	opts.Platforms = ReleasePlatforms
+	opts.Platforms = strings.Join(cfg.Release.Platforms, ",")
 	opts.Release, opts.TrustCaches = true, ropts.TrustCaches
 	var assetPlatforms []string
-	for _, a := range image.Assets() {
+	for _, a := range assets {
 		if !slices.Contains(assetPlatforms, a.Platform) {
 			assetPlatforms = append(assetPlatforms, a.Platform)
 		}
@@ -85,11 +88,9 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 		return nil, err
 	}
 	sum := &ReleaseSummary{Version: p.Stamp.Version, Commit: p.Stamp.Commit, TreeState: p.Stamp.TreeState, DryRun: ropts.DryRun, Caches: caches,
-		Platforms: p.PlatformIDs(), AssetsDir: filepath.Join(opts.OutDirFor(p.Root), "release", p.Stamp.Version), Assets: image.Assets()}
-	for _, a := range sum.Assets {
-		if p.Binary(a.Binary) == nil {
-			return nil, fmt.Errorf("release asset %s: no binary %q in %s", a.Name, a.Binary, config.File)
-		}
+		Platforms: p.PlatformIDs(), Assets: assets}
+	if len(assets) > 0 {
+		sum.AssetsDir = filepath.Join(opts.OutDirFor(p.Root), "release", p.Stamp.Version)
 	}
 	tags := []string{p.Stamp.Version}
 	if ropts.Latest {
@@ -115,8 +116,10 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 		return nil, err
 	}
 	defer s.Close()
-	if err := writeAssets(ctx, s, sum, signer); err != nil {
-		return nil, err
+	if sum.AssetsDir != "" {
+		if err := writeAssets(ctx, s, sum, signer); err != nil {
+			return nil, err
+		}
 	}
 	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest)
 	if err != nil {

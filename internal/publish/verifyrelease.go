@@ -139,12 +139,18 @@ func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseO
 
 	opts.Root, opts.OutDir = src, filepath.Join(tmp, "out")
 	opts.Stamp, opts.Release, opts.TrustCaches = true, true, false
-	partial, err := releasePlatforms(opts.Platforms)
+	// The tag's own kiln.yaml says what its release carried.
+	cfg, err := opts.Config()
+	if err != nil {
+		return nil, fmt.Errorf("the checkout of %s: %w", vopts.Version, err)
+	}
+	released := cfg.Release.Platforms
+	partial, err := releasePlatforms(opts.Platforms, released)
 	if err != nil {
 		return nil, err
 	}
 	if !partial {
-		opts.Platforms = ReleasePlatforms
+		opts.Platforms = strings.Join(released, ",")
 	}
 	p, err := build.Plan(opts)
 	if err != nil {
@@ -195,7 +201,7 @@ func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseO
 
 // releasePlatforms checks a -platforms list against the release's and
 // says whether it names fewer.
-func releasePlatforms(list string) (bool, error) {
+func releasePlatforms(list string, released []string) (bool, error) {
 	if list == "" {
 		return false, nil
 	}
@@ -203,13 +209,12 @@ func releasePlatforms(list string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("-platforms: %w", err)
 	}
-	all := strings.Split(ReleasePlatforms, ",")
 	for _, p := range chosen {
-		if !slices.Contains(all, config.FormatPlatform(p)) {
-			return false, fmt.Errorf("-platforms: %s is not a release platform; a release carries %s", config.FormatPlatform(p), ReleasePlatforms)
+		if !slices.Contains(released, config.FormatPlatform(p)) {
+			return false, fmt.Errorf("-platforms: %s is not a release platform; the release carries %s (release.platforms in %s)", config.FormatPlatform(p), strings.Join(released, ","), config.File)
 		}
 	}
-	return len(chosen) < len(all), nil
+	return len(chosen) < len(released), nil
 }
 
 // checkPublished resolves an image of the release and verifies its
