@@ -274,8 +274,8 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //
 // Stamps version (git describe or VERSION), commit and tree state (a dirty
 // tree refuses unless -force); writes the release assets (kiln.yaml
-// release.assets) with SHA256SUMS and SHA256SUMS.sig under
-// _output/release/<version>/; pushes every image for every platform of
+// release.assets; none, and no SHA256SUMS, when it names none) with
+// SHA256SUMS and SHA256SUMS.sig under _output/release/<version>/; pushes every image for every platform of
 // release.platforms (default: platforms); signs every index and platform
 // manifest and attaches a signed SLSA v1 provenance and SPDX SBOMs, all
 // verifiable with cosign. The key is KILN_SIGNING_KEY (or kiln.yaml

@@ -513,7 +513,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	for i, img := range s.Plan.Images {
 		dest := filepath.Join(dir, img.Name+".oci.tar")
 		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
-		attrs := s.ExporterAttrs(img.Ref)
+		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
 		keys[i], _ = outputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
 		if r, ok := done.current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (fileStat{}) {
 			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true

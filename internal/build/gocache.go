@@ -188,7 +188,7 @@ func SeededCacheID(shared, snapshotDigest string) string {
 
 // pushJob solves one state and pushes it as a single-platform image under refs.
 func (s *Session) pushJob(name string, st llb.State, refs []string) buildkit.Job {
-	attrs := s.ExporterAttrs(strings.Join(refs, ","))
+	attrs := s.ExporterAttrs(strings.Join(refs, ","), false)
 	attrs["push"] = "true"
 	return buildkit.Job{
 		Name: name,

@@ -8,7 +8,6 @@ import (
 
 	"github.com/moby/buildkit/client"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/verify"
 )
@@ -21,8 +20,6 @@ const reproCache = "kiln-repro-gocache"
 type ReproOutcome struct {
 	First, Second []ImageResult
 	Differences   []verify.Difference
-	// Isolated holds the steps of the second build.
-	Isolated buildkit.Steps
 }
 
 // Repro builds every image twice, the second time in isolation (every step
@@ -59,7 +56,7 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 		return nil, fmt.Errorf("second, isolated build: %w", err)
 	}
 
-	out := &ReproOutcome{First: a.Images, Second: b.Images, Isolated: b.Steps}
+	out := &ReproOutcome{First: a.Images, Second: b.Images}
 	for i := range a.Images {
 		if a.Images[i].Digest == b.Images[i].Digest {
 			continue

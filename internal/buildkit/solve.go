@@ -102,7 +102,8 @@ type SolveOptions struct {
 // ProgressModes are the accepted values of -progress and KILN_PROGRESS.
 var ProgressModes = []string{"auto", "tty", "plain", "quiet", "rawjson"}
 
-// Solve runs the jobs concurrently on the daemon with one progress display.
+// Solve runs the jobs one after another on the daemon with one progress
+// display.
 // Outputs are renamed into place only when every job succeeded.
 func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Outcome, error) {
 	out := opts.Out
@@ -378,8 +379,8 @@ type vertexLogs struct {
 	ran map[digest.Digest]bool
 	// ranIn says, by job, whether the last completion of a vertex that job
 	// reported was not from the cache: a step a later job ran again counts
-	// twice. (Before loading a cached result BuildKit reports a short
-	// completion that is not marked cached.)
+	// twice. (For a vertex without inputs BuildKit reports a short
+	// completion, not marked cached, before it loads a cached result.)
 	ranIn  map[digest.Digest]map[int]bool
 	names  map[digest.Digest]string
 	errs   map[digest.Digest]string

@@ -441,21 +441,41 @@ func (r *Release) validate(c *Config) error {
 		if len(r.Assets[name]) == 0 {
 			return fieldErr(f, "release.assets."+name, "no platforms; list where the binary ships, e.g. [linux/amd64, darwin/arm64], or remove it")
 		}
-		seen := map[string]bool{}
+		named := map[string]string{}
 		for i, s := range r.Assets[name] {
 			field := fmt.Sprintf("release.assets.%s[%d]", name, i)
 			p, err := ParsePlatform(s)
 			if err != nil {
 				return fieldErr(f, field, "%v", err)
 			}
-			if seen[FormatPlatform(p)] {
-				return fieldErr(f, field, "%q listed twice", s)
+			id, file := FormatPlatform(p), AssetName(name, FormatPlatform(p))
+			if other, ok := named[file]; ok {
+				if other == id {
+					return fieldErr(f, field, "%q listed twice", s)
+				}
+				return fieldErr(f, field, "%s and %s both ship as %s; keep one", other, id, file)
 			}
-			seen[FormatPlatform(p)] = true
-			r.Assets[name][i] = FormatPlatform(p)
+			named[file] = id
+			r.Assets[name][i] = id
 		}
 	}
 	return nil
+}
+
+// AssetName is the release file of a binary for a platform, as Antrea
+// names them: antctl-linux-x86_64, antctl-darwin-arm64,
+// antctl-windows-x86_64.exe (a variant is not in the name).
+func AssetName(bin, platform string) string {
+	parts := strings.Split(platform, "/")
+	arch, ok := map[string]string{"amd64": "x86_64", "386": "i386"}[parts[1]]
+	if !ok {
+		arch = parts[1]
+	}
+	name := fmt.Sprintf("%s-%s-%s", bin, parts[0], arch)
+	if parts[0] == "windows" {
+		name += ".exe"
+	}
+	return name
 }
 
 func (g *GoEnv) validate(f, prefix string) error {

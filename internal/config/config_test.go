@@ -126,6 +126,7 @@ func TestLoadBadInput(t *testing.T) {
 		{"release platform twice", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/arm/v7, linux/arm]"), []string{File, "release.platforms[1]", "twice"}},
 		{"asset of an unknown binary", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antrea-foo: [linux/amd64]"), []string{File, "release.assets.antrea-foo", "unknown binary", "antctl, antrea-agent"}},
 		{"asset for no platform", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: []"), []string{File, "release.assets.antctl", "no platforms"}},
+		{"two assets of one name", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/arm/v7, linux/arm/v6]"), []string{File, "release.assets.antctl[1]", "linux/arm/v7 and linux/arm/v6 both ship as antctl-linux-arm"}},
 		{"asset platform unsupported", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/amd64, plan9/mips]"), []string{File, "release.assets.antctl[1]", "unsupported platform"}},
 		{"bad binary name", kiln("name: antrea-agent", "name: Antrea Agent"), []string{File, "binaries[1].name"}},
 		{"package outside module", kiln("package: ./cmd/antctl", "package: ../other"), []string{File, "binaries[0].package"}},

@@ -156,25 +156,32 @@ func (s *Graph) States(img plan.Image) []llb.State {
 func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 	states := s.States(img)
 	return func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+		// Every platform is marshalled before any is solved: under NoCache
+		// a vertex this job has not run yet must still ignore the cache.
+		defs := make([]*llb.Definition, len(img.Targets))
+		for i := range img.Targets {
+			def, err := s.marshal(ctx, states[i])
+			if err != nil {
+				return nil, err
+			}
+			defs[i] = def
+		}
 		res := gateway.NewResult()
 		var mu sync.Mutex
 		eg, ctx := errgroup.WithContext(ctx)
 		for i, target := range img.Targets {
 			id := config.FormatPlatform(target)
 			eg.Go(func() error {
-				def, err := s.marshal(ctx, states[i])
-				if err != nil {
-					return err
-				}
 				base, err := baseConfig(ctx, c, img, target)
 				if err != nil {
 					return err
 				}
-				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c)})
+				// An isolated build runs its steps now, so a later job finds
+				// their results; the next job starts after this one's export.
+				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[i].ToPB(), CacheImports: buildkit.CacheImports(c), Evaluate: s.NoCache})
 				if err != nil {
 					return err
 				}
-				s.solved(def)
 				ref, err := r.SingleRef()
 				if err != nil {
 					return err
@@ -187,11 +194,23 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 				defer mu.Unlock()
 				res.AddRef(id, ref)
 				res.AddMeta(exptypes.ExporterImageConfigKey+"/"+id, cfg)
+				if base != nil {
+					// The exporter then leaves the base's layers as they are
+					// when it rewrites layer times.
+					raw, err := json.Marshal(base)
+					if err != nil {
+						return err
+					}
+					res.AddMeta(exptypes.ExporterImageBaseConfigKey+"/"+id, raw)
+				}
 				return nil
 			})
 		}
 		if err := eg.Wait(); err != nil {
 			return nil, err
+		}
+		for _, def := range defs {
+			s.solved(def)
 		}
 		exp := exptypes.Platforms{}
 		for _, target := range img.Targets {
@@ -206,9 +225,10 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 	}
 }
 
-// marshal is st's definition; under NoCache every vertex no earlier solve
+// marshal is st's definition; under NoCache every vertex no earlier job
 // of this graph ran ignores the cache, and one that ran is taken from it:
-// the result it left is the newest under its key.
+// the result it left is the newest under its key. That holds because jobs
+// run one after another (buildkit.Daemon.Solve).
 func (s *Graph) marshal(ctx context.Context, st llb.State) (*llb.Definition, error) {
 	if !s.NoCache {
 		return st.Marshal(ctx)
@@ -243,14 +263,19 @@ func (s *Graph) solved(def *llb.Definition) {
 	}
 }
 
-// exporterAttrs make the export reproducible: the source date, OCI media
-// types. Layer times need no rewrite: Rootfs dates every entry.
-func (s *Graph) ExporterAttrs(name string) map[string]string {
-	return map[string]string{
+// ExporterAttrs make the export reproducible: the source date, OCI media
+// types. An image on scratch needs no layer time rewrite (Rootfs dates every
+// entry); one on a base gets its layer rewritten, the base's left alone.
+func (s *Graph) ExporterAttrs(name string, onBase bool) map[string]string {
+	attrs := map[string]string{
 		"name":                          name,
 		string(exptypes.OptKeyOCITypes): "true",
 		"source-date-epoch":             strconv.FormatInt(s.Plan.SourceDateEpoch, 10),
 	}
+	if onBase {
+		attrs[string(exptypes.OptKeyRewriteTimestamp)] = "true"
+	}
+	return attrs
 }
 
 // Definitions returns, for each named vertex of every image, what its

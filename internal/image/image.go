@@ -54,18 +54,20 @@ func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 		Copy(emptyDir, "/d", "/tmp", &llb.CopyInfo{Mode: &llb.ChmodOpt{ModeStr: "1777"}, ChownOpt: ownerOpt(), CreatedTime: &created}).
 		Mkdir(BinDir, 0o755, llb.WithParents(true), owner, stamp)
 	fa = addContent(fa, img, binaries, context, created)
-	return stamped(img, target, llb.Scratch().Platform(target), fa, created)
+	return stamped(img, target, fa, created)
 }
 
-// stamped lays what fa makes on top of under, every file and directory
-// dated created: fa is made on scratch first and copied over as a whole,
-// because adding an entry to a directory dates it now and a copy dates each
-// directory after filling it. So the exporter need not rewrite the layer's
-// times (a second compression of it) and a base's layers stay as they are.
-func stamped(img plan.Image, target ocispec.Platform, under llb.State, fa *llb.FileAction, created time.Time) llb.State {
+// stamped is what fa makes on scratch, every file and directory dated
+// created: fa is made on scratch first and copied as a whole, because adding
+// an entry to a directory dates it now and a copy dates each directory after
+// filling it. So the exporter need not rewrite the layer's times, a second
+// compression of it. (On a base such a copy would also re-own and re-date
+// the base's directories and fail on a symlinked one, so images on a base
+// are assembled in place and their layer's times rewritten.)
+func stamped(img plan.Image, target ocispec.Platform, fa *llb.FileAction, created time.Time) llb.State {
 	group := llb.ProgressGroup(img.Name, "image "+img.Name, false)
 	content := llb.Scratch().Platform(target).File(fa, llb.WithCustomNamef("[%s %s] image files", img.Name, config.FormatPlatform(target)), group)
-	return under.File(llb.Copy(content, "/", "/", &llb.CopyInfo{CopyDirContentsOnly: true, CreatedTime: &created}),
+	return llb.Scratch().Platform(target).File(llb.Copy(content, "/", "/", &llb.CopyInfo{CopyDirContentsOnly: true, CreatedTime: &created}),
 		llb.WithCustomName(AssembleStepName(img.Name, target)), group)
 }
 
@@ -185,5 +187,5 @@ func onBase(img plan.Image, target ocispec.Platform, binaries map[string]llb.Sta
 	base := llb.Image(img.Base, llb.Platform(target), llb.WithCustomNamef("[%s %s] base %s", img.Name, config.FormatPlatform(target), img.Base))
 	fa := llb.Mkdir(BinDir, 0o755, llb.WithParents(true), llb.WithUIDGID(0, 0), llb.WithCreatedTime(created))
 	fa = addContent(fa, img, binaries, context, created)
-	return stamped(img, target, base, fa, created)
+	return base.File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))
 }

@@ -163,21 +163,8 @@ func Assets(r config.Release) []Asset {
 	var out []Asset
 	for _, bin := range slices.Sorted(maps.Keys(r.Assets)) {
 		for _, platform := range r.Assets[bin] {
-			out = append(out, Asset{Binary: bin, Platform: platform, Name: assetName(bin, platform)})
+			out = append(out, Asset{Binary: bin, Platform: platform, Name: config.AssetName(bin, platform)})
 		}
 	}
 	return out
-}
-
-func assetName(bin, platform string) string {
-	parts := strings.Split(platform, "/")
-	arch, ok := map[string]string{"amd64": "x86_64", "386": "i386"}[parts[1]]
-	if !ok {
-		arch = parts[1]
-	}
-	name := fmt.Sprintf("%s-%s-%s", bin, parts[0], arch)
-	if parts[0] == "windows" {
-		name += ".exe"
-	}
-	return name
 }

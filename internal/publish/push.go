@@ -66,7 +66,7 @@ func push(ctx context.Context, s *build.Session, registry string, skipTLSVerify,
 			}
 			refs = append(refs, ref)
 		}
-		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","))
+		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","), img.Base != "")
 		exportAttrs["push"] = "true"
 		if skipTLSVerify {
 			exportAttrs["registry.insecure"] = "true"

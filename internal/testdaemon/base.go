@@ -33,7 +33,9 @@ func (r *Registry) PushBase(t *testing.T, d *buildkit.Daemon, repo string) strin
 			Unavailable(t, "busybox for %s missing at %s (apt-get install busybox-static; .ci/run fetches the arm64 one)", arch, path)
 		}
 	}
-	created := time.Unix(1700000000, 0).UTC()
+	// Later than any commit a test makes: an exporter that rewrote the
+	// base's layer times would change its layers.
+	created := time.Unix(1900000000, 0).UTC()
 	targets := []ocispec.Platform{{OS: "linux", Architecture: "amd64"}, {OS: "linux", Architecture: "arm64"}}
 	build := func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
 		res := gateway.NewResult()
@@ -84,7 +86,7 @@ func (r *Registry) PushBase(t *testing.T, d *buildkit.Daemon, repo string) strin
 	ctx := context.Background()
 	resp, err := d.Client.Build(ctx, client.SolveOpt{
 		Exports: []client.ExportEntry{{Type: client.ExporterImage, Attrs: map[string]string{
-			"name": name, "push": "true", "oci-mediatypes": "true", "rewrite-timestamp": "true", "source-date-epoch": "1700000000"}}},
+			"name": name, "push": "true", "oci-mediatypes": "true", "rewrite-timestamp": "true", "source-date-epoch": "1900000000"}}},
 		LocalMounts: mounts,
 		Session:     buildkit.AuthSession(ctx, []string{r.Addr}),
 	}, "", build, nil)

@@ -158,9 +158,10 @@ type Release mg.Namespace
 // Checks every index and platform manifest signature, the SLSA provenance
 // (naming the tag's commit) and SBOM attestations with the public key; then
 // checks out the tag's commit into a temporary clone, rebuilds every image
-// for every release platform in isolation and compares each with the
-// registry's, locating any difference (image, platform, layer, file, ELF
-// section). Exits non-zero unless all is identical and verified.
+// for every release platform (the tag's kiln.yaml release.platforms) in
+// isolation and compares each with the registry's, locating any difference
+// (image, platform, layer, file, ELF section). Exits non-zero unless all is
+// identical and verified.
 //
 //	VERSION                 the released tag, e.g. v2.3.0
 //	-registry=HOST[:PORT]   where it was released (or REGISTRY)
