@@ -148,6 +148,9 @@ func Run(ctx context.Context, c *ctd.Client, namespace, ref string, p ocispec.Pl
 	if err != nil {
 		return "", err
 	}
+	// The output is copied from the task's FIFOs after it exits: wait for
+	// the copy, or a loaded machine reads an empty buffer.
+	task.IO().Wait()
 	if code != 0 {
 		return stdout.String(), fmt.Errorf("%v in %s (%s) exited %d: %s", args, ref, platforms.Format(p), code, strings.TrimSpace(stderr.String()))
 	}
