@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
 	"github.com/kiln-build/kiln/internal/build"
@@ -109,6 +110,9 @@ type Report struct {
 	// the seed's measurement beside it.
 	CgoSplitRatio float64 `json:"cgoSplitRatio"`
 	SeedCgoRatio  float64 `json:"seedCgoRatio"`
+	// Retried names the scenarios that failed once and were run again
+	// whole, with the error of the failed attempt.
+	Retried []string `json:"retried,omitempty"`
 }
 
 // seedCgoRatio is Antrea's 9m49s with the cgo split over 6m42s without.
@@ -247,7 +251,22 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 	r.steps = len(scenarios)
 	for _, sc := range scenarios {
 		r.step++
-		if err := sc(ctx); err != nil {
+		err := sc(ctx)
+		if err != nil && ctx.Err() == nil {
+			// A step of a build right after a prune has been seen, rarely,
+			// to fail inside BuildKit (a go command finding no /tmp or no
+			// go.mod in its mounts). The scenario is run again from its
+			// start, so its figures are still whole; the report says so,
+			// and a failure that repeats ends the bench.
+			if err := r.edits.restore(); err != nil {
+				return nil, nil, err
+			}
+			first, _, _ := strings.Cut(err.Error(), "\n")
+			log.G(ctx).Warnf("bench: scenario %d failed (%s); running it again", r.step, first)
+			r.report.Retried = append(r.report.Retried, fmt.Sprintf("scenario %d of %d: %s", r.step, r.steps, first))
+			err = sc(ctx)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 		if err := r.edits.restore(); err != nil {

@@ -1,6 +1,7 @@
 package bench_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/xml"
@@ -72,6 +73,9 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	report, files, err := bench.Run(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, retried := range report.Retried {
+		t.Logf("failed once and run again: %s", retried)
 	}
 	if after := snapshot(t, module); !mapsEqual(before, after) {
 		t.Error("the fixture was not restored after the edit scenarios")
@@ -201,4 +205,22 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// TestARetriedScenarioIsReported: a scenario run again after a failure is
+// named in both reports, with the failure.
+func TestARetriedScenarioIsReported(t *testing.T) {
+	r := &bench.Report{Retried: []string{"scenario 6 of 12: [go] build kilnstep failed:"}}
+	var table, md bytes.Buffer
+	if err := r.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"table": table.String(), "markdown": md.String()} {
+		if !strings.Contains(out, "run again from its start: scenario 6 of 12: [go] build kilnstep failed:") {
+			t.Errorf("the %s does not name the retried scenario:\n%s", name, out)
+		}
+	}
 }

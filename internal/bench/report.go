@@ -104,7 +104,13 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if r.CgoSplitRatio > 0 {
 		fmt.Fprintf(tw, "cgo split / uniform\t%.2fx\t(seed: %.2fx)\n", r.CgoSplitRatio, r.SeedCgoRatio)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, retried := range r.Retried {
+		fmt.Fprintf(w, "failed once and run again from its start: %s\n", retried)
+	}
+	return nil
 }
 
 // WriteMarkdown writes the report people read.
@@ -113,6 +119,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "# kiln bench, %s\n\n", r.Date.Format(time.RFC3339))
 	fmt.Fprintf(w, "Module `%s`: %s for %s. Machine: %d cores, %s; host %s, toolchain %s, BuildKit %s, kiln %.12s.\n\n",
 		r.Module, strings.Join(r.Binaries, ", "), strings.Join(r.Platforms, ", "), m.Cores, config.FormatSize(m.Memory), m.HostGo, m.Toolchain, m.BuildKit, m.KilnCommit)
+	for _, retried := range r.Retried {
+		fmt.Fprintf(w, "Failed once and run again from its start: %s.\n\n", retried)
+	}
 	if r.ModuleDownload != "" {
 		fmt.Fprintf(w, "Module download in the cold scenarios: %s.\n\n", r.ModuleDownload)
 	}
