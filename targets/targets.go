@@ -98,9 +98,28 @@ func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *str
 	fmt.Println(out.Dir)
 	if out.Kept {
 		fmt.Fprintln(os.Stderr, "up to date, not rebuilt (no input changed since they were written; -rebuild builds anyway)")
+	} else {
+		fmt.Fprintln(os.Stderr, changedBinaries(out))
 	}
 	printGoCache(out.GoCache)
 	return nil
+}
+
+// changedBinaries names the binaries whose bytes changed: the others were
+// kept as they were, so their files did not move.
+func changedBinaries(out *build.BinariesOutcome) string {
+	if len(out.Sent) == 0 {
+		return "built; no binary changed"
+	}
+	var names []string
+	for _, f := range out.Sent {
+		rel, err := filepath.Rel(out.Dir, f)
+		if err != nil {
+			rel = f
+		}
+		names = append(names, rel)
+	}
+	return "changed: " + strings.Join(names, " ")
 }
 
 func printGoCache(r *build.GoCacheResult) {

@@ -253,11 +253,12 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		r.step++
 		err := sc(ctx)
 		if err != nil && ctx.Err() == nil {
-			// A step of a build right after a prune has been seen, rarely,
-			// to fail inside BuildKit (a go command finding no /tmp or no
-			// go.mod in its mounts). The scenario is run again from its
-			// start, so its figures are still whole; the report says so,
-			// and a failure that repeats ends the bench.
+			// A step failing inside BuildKit (a mount found empty) was
+			// seen here when solves sharing steps ran at once in one job;
+			// kiln no longer does that, and this stays as a safety net.
+			// The scenario is run again from its start, so its figures are
+			// still whole; the report says so, and a failure that repeats
+			// ends the bench.
 			if err := r.edits.restore(); err != nil {
 				return nil, nil, err
 			}

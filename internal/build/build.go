@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
@@ -26,8 +25,8 @@ import (
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	bksession "github.com/moby/buildkit/session"
 	"github.com/moby/patternmatcher/ignorefile"
+	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -610,6 +609,9 @@ type BinariesOutcome struct {
 	// inputs, so nothing was built.
 	Kept bool
 	buildkit.Steps
+	// Sent are the files the daemon sent, the binaries whose bytes changed;
+	// the others were kept from the last build.
+	Sent []string
 	// GoCache is the Go cache snapshot published, when asked for.
 	GoCache *GoCacheResult
 }
@@ -627,14 +629,18 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	}
 	defer s.Close()
 	var files []FileCopy
-	var links, written []string
+	var links, built, written []string
 	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
-			files = append(files, FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/" + PlatformDir(target) + "/" + b.Name})
+			// Straight from the go build's output: a step per binary that
+			// copies it out first would only add a round trip per file.
+			step, path := s.Linked(b.Name, target)
+			files = append(files, FileCopy{From: step, Src: path, Dest: "/" + PlatformDir(target) + "/" + b.Name})
 			links = append(links, golang.LinkStepName(b.Name, target))
 			written = append(written, filepath.Join(dest, PlatformDir(target), b.Name))
 		}
+		built = append(built, golang.PackageStepName(target))
 	}
 	inputs, err := s.inputs()
 	if err != nil {
@@ -643,14 +649,14 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	done := readUpToDate(opts.OutDirFor(s.Plan.Root))
 	key, _ := outputKey("binaries", dest, inputs, links, written...)
 	out := &BinariesOutcome{Dir: dest}
-	recorded := noopResult{Dir: dest, Steps: links}
+	recorded := noopResult{Dir: dest, Steps: built}
 	if r, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
 		s.sawOutputs(r)
 		out.Kept, out.Steps = true, recorded.steps()
 		s.recordNoop(opts, "binaries", began, written, recorded)
 		return out, nil
 	}
-	if out.Steps, err = s.ExportFiles(ctx, "binaries", files, dest, done.records["binaries"].Files); err != nil {
+	if out.Steps, out.Sent, err = s.ExportFiles(ctx, "binaries", files, dest, done.records["binaries"].Files); err != nil {
 		return nil, err
 	}
 	s.sawOutputs(done.set("binaries", key, "", written))
@@ -681,47 +687,67 @@ type FileCopy struct {
 // sent again but linked into the new directory. An edit to one binary then
 // moves one file per platform, not all of them. A time in whole seconds (a
 // layer from a registry cache keeps no more) or a host without change times
-// keeps nothing.
-func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written map[string]fileStat) (buildkit.Steps, error) {
-	var mu sync.Mutex
+// keeps nothing. sent are the files of dest that were sent.
+func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written map[string]fileStat) (steps buildkit.Steps, sent []string, err error) {
 	held := map[int]bool{} // files dest holds already
 	job := buildkit.Job{
 		Name: name,
 		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
 			imports := buildkit.CacheImports(c)
-			eg, ectx := errgroup.WithContext(ctx)
+			// The files that may still be as written, by the step that
+			// makes them: binaries of one go build need one solve.
+			var order []digest.Digest
+			candidates := map[digest.Digest][]int{}
+			defs := map[digest.Digest]*llb.Definition{}
+			var waitFor []llb.State
 			for i, f := range files {
 				was, ok := written[filepath.Join(dest, f.Dest)]
 				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
 					continue
 				}
-				eg.Go(func() error {
-					def, err := f.From.Marshal(ectx)
+				def, err := f.From.Marshal(ctx)
+				if err != nil {
+					return nil, err
+				}
+				key := digest.FromBytes(def.Def[len(def.Def)-1])
+				if _, seen := defs[key]; !seen {
+					order = append(order, key)
+					waitFor = append(waitFor, f.From)
+				}
+				candidates[key], defs[key] = append(candidates[key], i), def
+			}
+			// One solve runs those steps side by side; then each is solved
+			// again, done, one at a time. BuildKit was seen to release a
+			// step's result twice when solves sharing steps ran at once in
+			// one job, and a later step then found that mount empty.
+			if len(order) > 1 {
+				def, err := image.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if _, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true}); err != nil {
+					return nil, err
+				}
+			}
+			for _, key := range order {
+				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[key].ToPB(), CacheImports: imports})
+				if err != nil {
+					return nil, err
+				}
+				ref, err := r.SingleRef()
+				if err != nil {
+					return nil, err
+				}
+				for _, i := range candidates[key] {
+					was := written[filepath.Join(dest, files[i].Dest)]
+					st, err := ref.StatFile(ctx, gateway.StatRequest{Path: files[i].Src})
 					if err != nil {
-						return err
-					}
-					r, err := c.Solve(ectx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports})
-					if err != nil {
-						return err
-					}
-					ref, err := r.SingleRef()
-					if err != nil {
-						return err
-					}
-					st, err := ref.StatFile(ectx, gateway.StatRequest{Path: f.Src})
-					if err != nil {
-						return err
+						return nil, err
 					}
 					if st.Size == was.Size && st.ModTime == was.ModTime {
-						mu.Lock()
 						held[i] = true
-						mu.Unlock()
 					}
-					return nil
-				})
-			}
-			if err := eg.Wait(); err != nil {
-				return nil, err
+				}
 			}
 			var fa *llb.FileAction
 			for i, f := range files {
@@ -769,9 +795,14 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 	}
 	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions(ctx))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out.Steps, nil
+	for i, f := range files {
+		if !held[i] {
+			sent = append(sent, filepath.Join(dest, f.Dest))
+		}
+	}
+	return out.Steps, sent, nil
 }
 
 // copyFile copies a file with its mode and modification time.

@@ -42,7 +42,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 				FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
 		}
 	}
-	if _, err := s.ExportFiles(ctx, "size", files, work, nil); err != nil {
+	if _, _, err := s.ExportFiles(ctx, "size", files, work, nil); err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)

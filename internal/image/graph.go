@@ -15,7 +15,6 @@ import (
 	"github.com/moby/buildkit/solver/pb"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
@@ -78,6 +77,17 @@ func (s *Graph) Ships(target ocispec.Platform, names ...string) {
 // binary returns the compile step of one binary for one platform, once.
 func (s *Graph) Binary(name string, target ocispec.Platform) llb.State {
 	return s.link(name, target, false)
+}
+
+// Linked is one binary for one platform where its go build step leaves
+// it: the step's output and the file's path in it. Unlike Binary's copy,
+// BuildKit keys nothing on the binary alone here, so it suits a file that
+// is only exported, not a layer.
+func (s *Graph) Linked(name string, target ocispec.Platform) (llb.State, string) {
+	s.Binary(name, target)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.built[config.FormatPlatform(target)].Steps[name], "/" + golang.ExecFile(*s.Plan.Binary(name), target)
 }
 
 // binaryWithSymbols is binary keeping the symbol table, for size reports.
@@ -166,48 +176,52 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 			}
 			defs[i] = def
 		}
+		// One solve runs every platform's steps side by side; each
+		// platform is then solved again, done, one at a time. BuildKit was
+		// seen to release a step's result twice when solves sharing steps
+		// ran at once in one job, and a later step found that mount empty.
+		if len(states) > 1 {
+			def, err := s.marshal(ctx, Together(fmt.Sprintf("[%s] wait for every platform", img.Name), states...))
+			if err != nil {
+				return nil, err
+			}
+			if _, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c), Evaluate: true}); err != nil {
+				return nil, err
+			}
+			defs = append(defs, def)
+		}
 		res := gateway.NewResult()
-		var mu sync.Mutex
-		eg, ctx := errgroup.WithContext(ctx)
 		for i, target := range img.Targets {
 			id := config.FormatPlatform(target)
-			eg.Go(func() error {
-				base, err := baseConfig(ctx, c, img, target)
+			base, err := baseConfig(ctx, c, img, target)
+			if err != nil {
+				return nil, err
+			}
+			// An isolated build runs its steps now, so a later job finds
+			// their results; the next job starts after this one's export.
+			r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[i].ToPB(), CacheImports: buildkit.CacheImports(c), Evaluate: s.NoCache})
+			if err != nil {
+				return nil, err
+			}
+			ref, err := r.SingleRef()
+			if err != nil {
+				return nil, err
+			}
+			cfg, err := json.Marshal(Config(s.Plan, img, target, base))
+			if err != nil {
+				return nil, err
+			}
+			res.AddRef(id, ref)
+			res.AddMeta(exptypes.ExporterImageConfigKey+"/"+id, cfg)
+			if base != nil {
+				// The exporter then leaves the base's layers as they are
+				// when it rewrites layer times.
+				raw, err := json.Marshal(base)
 				if err != nil {
-					return err
+					return nil, err
 				}
-				// An isolated build runs its steps now, so a later job finds
-				// their results; the next job starts after this one's export.
-				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[i].ToPB(), CacheImports: buildkit.CacheImports(c), Evaluate: s.NoCache})
-				if err != nil {
-					return err
-				}
-				ref, err := r.SingleRef()
-				if err != nil {
-					return err
-				}
-				cfg, err := json.Marshal(Config(s.Plan, img, target, base))
-				if err != nil {
-					return err
-				}
-				mu.Lock()
-				defer mu.Unlock()
-				res.AddRef(id, ref)
-				res.AddMeta(exptypes.ExporterImageConfigKey+"/"+id, cfg)
-				if base != nil {
-					// The exporter then leaves the base's layers as they are
-					// when it rewrites layer times.
-					raw, err := json.Marshal(base)
-					if err != nil {
-						return err
-					}
-					res.AddMeta(exptypes.ExporterImageBaseConfigKey+"/"+id, raw)
-				}
-				return nil
-			})
-		}
-		if err := eg.Wait(); err != nil {
-			return nil, err
+				res.AddMeta(exptypes.ExporterImageBaseConfigKey+"/"+id, raw)
+			}
 		}
 		for _, def := range defs {
 			s.solved(def)
@@ -223,6 +237,21 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		res.AddMeta(exptypes.ExporterPlatformsKey, dt)
 		return res, nil
 	}
+}
+
+// Together is an empty state that depends on every one of states without
+// copying from them: solving it runs their steps side by side, in one solve.
+func Together(name string, states ...llb.State) llb.State {
+	none := &llb.CopyInfo{AllowWildcard: true, AllowEmptyWildcard: true}
+	var fa *llb.FileAction
+	for _, st := range states {
+		if fa == nil {
+			fa = llb.Copy(st, "/.kiln-nothing-*", "/", none)
+		} else {
+			fa = fa.Copy(st, "/.kiln-nothing-*", "/", none)
+		}
+	}
+	return llb.Scratch().File(fa, llb.WithCustomName(name))
 }
 
 // marshal is st's definition; under NoCache every vertex no earlier job

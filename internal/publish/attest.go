@@ -248,7 +248,7 @@ func exportImageBinaries(ctx context.Context, s *build.Session) (string, error) 
 			}
 		}
 	}
-	if _, err := s.ExportFiles(ctx, "SBOM binaries", files, filepath.Join(dir, "bin"), nil); err != nil {
+	if _, _, err := s.ExportFiles(ctx, "SBOM binaries", files, filepath.Join(dir, "bin"), nil); err != nil {
 		os.RemoveAll(dir)
 		return "", err
 	}

@@ -153,7 +153,7 @@ func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary, sig
 	}
 	work := sum.AssetsDir + ".work"
 	os.RemoveAll(work)
-	if _, err := s.ExportFiles(ctx, "release assets", files, work, nil); err != nil {
+	if _, _, err := s.ExportFiles(ctx, "release assets", files, work, nil); err != nil {
 		os.RemoveAll(work)
 		return err
 	}
