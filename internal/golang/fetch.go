@@ -81,12 +81,16 @@ type Proxy struct {
 // ResolveFetch reads the caller's Go module environment (`go env`).
 func ResolveFetch(ctx context.Context, cacheDir string) (*Fetch, error) {
 	keys := []string{"GOPROXY", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOSUMDB", "GOINSECURE", "GOFLAGS"}
-	out, err := exec.Command("go", append([]string{"env", "-json"}, keys...)...).Output()
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, err
+	}
+	out, err := plan.ModuleEnv(filepath.Join(cacheDir, "golist"), wd, keys...)
 	if err != nil {
 		return nil, fmt.Errorf("read the Go module environment with `go env`: %w", err)
 	}
 	var env map[string]string
-	if err := json.Unmarshal(out, &env); err != nil {
+	if err := json.Unmarshal([]byte(out), &env); err != nil {
 		return nil, fmt.Errorf("go env -json: %w", err)
 	}
 	f := &Fetch{Secrets: map[string][]byte{}}
@@ -278,6 +282,11 @@ func VCSTools(cacheDir string) (string, error) {
 	if ssh, err := exec.LookPath("ssh"); err == nil {
 		bins = append(bins, ssh)
 	}
+	index := filepath.Join(cacheDir, "vcs-tools", "index.json")
+	roots := slices.Clone(bins)
+	if dir, ok := knownVCSTools(cacheDir, index, roots); ok {
+		return dir, nil
+	}
 	if out, err := exec.Command(git, "--exec-path").Output(); err == nil {
 		exe := strings.TrimSpace(string(out))
 		for _, name := range []string{"git", "git-remote-http", "git-remote-https"} {
@@ -304,15 +313,11 @@ func VCSTools(cacheDir string) (string, error) {
 			}
 		}
 	})
-	h := sha256.New()
-	for _, p := range paths {
-		fi, err := os.Stat(p)
-		if err != nil {
-			return "", err
-		}
-		fmt.Fprintf(h, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
+	dir, err := vcsToolsDir(cacheDir, paths)
+	if err != nil {
+		return "", err
 	}
-	dir := filepath.Join(cacheDir, "vcs-tools", hex.EncodeToString(h.Sum(nil))[:16])
+	defer writeVCSToolsIndex(index, vcsToolsIndex{Bins: roots, Paths: paths, Dir: dir})
 	if _, err := os.Stat(filepath.Join(dir, "etc", "passwd")); err == nil {
 		return dir, nil
 	}
@@ -350,6 +355,62 @@ func VCSTools(cacheDir string) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// vcsToolsDir names the folder of these files by their paths and stats.
+func vcsToolsDir(cacheDir string, paths []string) (string, error) {
+	h := sha256.New()
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "%s %d %d\n", p, fi.Size(), fi.ModTime().UnixNano())
+	}
+	return filepath.Join(cacheDir, "vcs-tools", hex.EncodeToString(h.Sum(nil))[:16]), nil
+}
+
+// vcsToolsIndex is what the last VCSTools found: git's helpers and the
+// shared libraries (from git --exec-path and ldd, six processes, 30 ms of
+// every build). While every file is as it was, the same folder holds them.
+type vcsToolsIndex struct {
+	Bins  []string `json:"bins"`
+	Paths []string `json:"paths"`
+	Dir   string   `json:"dir"`
+}
+
+func knownVCSTools(cacheDir, index string, bins []string) (string, bool) {
+	data, err := os.ReadFile(index)
+	if err != nil {
+		return "", false
+	}
+	var idx vcsToolsIndex
+	if json.Unmarshal(data, &idx) != nil || !slices.Equal(idx.Bins, bins) {
+		return "", false
+	}
+	dir, err := vcsToolsDir(cacheDir, idx.Paths)
+	if err != nil || dir != idx.Dir {
+		return "", false
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc", "passwd")); err != nil {
+		return "", false
+	}
+	return dir, true
+}
+
+func writeVCSToolsIndex(path string, idx vcsToolsIndex) {
+	data, err := json.Marshal(idx)
+	if err != nil {
+		return
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "index-*")
+	if err != nil {
+		return
+	}
+	_, werr := f.Write(data)
+	if err := f.Close(); werr != nil || err != nil || os.Rename(f.Name(), path) != nil {
+		os.Remove(f.Name())
+	}
 }
 
 // sharedLibraries lists the absolute paths ldd reports for a binary.

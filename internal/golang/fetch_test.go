@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // A canary credential for a host the download never contacts must not be
@@ -49,5 +50,44 @@ func TestDownloadCredentialsStayWithTheHostsThatNeedThem(t *testing.T) {
 	}
 	if f.SSHAgent == "" || f.Secrets["kiln-gitconfig"] == nil {
 		t.Error("git credentials not forwarded for private modules")
+	}
+}
+
+func TestVCSToolsAreFoundAgainOnlyWhileEveryFileIsAsItWas(t *testing.T) {
+	cache := t.TempDir()
+	bin := filepath.Join(t.TempDir(), "git")
+	lib := filepath.Join(t.TempDir(), "libgit.so")
+	for _, f := range []string{bin, lib} {
+		if err := os.WriteFile(f, []byte("v1"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	paths := []string{bin, lib}
+	dir, err := vcsToolsDir(cache, paths)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "passwd"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	index := filepath.Join(cache, "vcs-tools", "index.json")
+	writeVCSToolsIndex(index, vcsToolsIndex{Bins: []string{bin}, Paths: paths, Dir: dir})
+
+	if got, ok := knownVCSTools(cache, index, []string{bin}); !ok || got != dir {
+		t.Fatalf("unchanged tools: got %q, %v; want %q", got, ok, dir)
+	}
+	if _, ok := knownVCSTools(cache, index, []string{bin, "/usr/bin/ssh"}); ok {
+		t.Error("found again although ssh appeared")
+	}
+	// A library upgraded in place: git is the same file, its library is not.
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(lib, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := knownVCSTools(cache, index, []string{bin}); ok {
+		t.Error("found again although a library changed")
 	}
 }

@@ -1,7 +1,9 @@
 package plan
 
 import (
+	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -53,5 +55,25 @@ func TestTargetEnvIsAllThatDiffersBetweenCompiles(t *testing.T) {
 		if got := TargetEnv(tc.target); !slices.Equal(got, tc.want) {
 			t.Errorf("TargetEnv(%v) = %q, want %q", tc.target, got, tc.want)
 		}
+	}
+}
+
+func TestModuleEnvIsAskedAgainWhenTheEnvironmentChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go env")
+	}
+	cache, dir := t.TempDir(), t.TempDir()
+	for _, proxy := range []string{"https://one.invalid", "https://two.invalid", "https://one.invalid"} {
+		t.Setenv("GOPROXY", proxy)
+		out, err := ModuleEnv(cache, dir, "GOPROXY")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, proxy) {
+			t.Errorf("GOPROXY=%s: go env answered %s", proxy, out)
+		}
+	}
+	if entries, _ := os.ReadDir(cache); len(entries) != 2 {
+		t.Errorf("%d answers kept, want one per environment", len(entries))
 	}
 }

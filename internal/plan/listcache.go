@@ -324,3 +324,18 @@ func subdirs(dir string) []string {
 	})
 	return out
 }
+
+// ModuleEnv is `go env -json keys...` run in dir, answered from the list cache
+// in cacheDir while the go command, its environment and dir's module files
+// are the same: the process start alone costs a build 30 ms.
+func ModuleEnv(cacheDir, dir string, keys ...string) (string, error) {
+	deps := func(string) (dirs, files []string) {
+		for _, name := range []string{"go.mod", "go.work"} {
+			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+				files = append(files, filepath.Join(dir, name))
+			}
+		}
+		return nil, files
+	}
+	return listCache{dir: cacheDir}.run(&Reads{}, dir, nil, deps, append([]string{"env", "-json"}, keys...)...)
+}
