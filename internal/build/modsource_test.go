@@ -79,8 +79,13 @@ type moduleBuild struct {
 
 func buildModule(t *testing.T, dir string, pkgs ...string) (*moduleBuild, error) {
 	t.Helper()
+	return buildModuleInto(t, t.TempDir(), dir, pkgs...)
+}
+
+// buildModuleInto builds into out, where an earlier build may have written.
+func buildModuleInto(t *testing.T, out, dir string, pkgs ...string) (*moduleBuild, error) {
+	t.Helper()
 	var progress bytes.Buffer
-	out := t.TempDir()
 	res, err := Binaries(context.Background(), Options{Root: testdaemon.RepoRoot(t), Module: dir, Packages: pkgs,
 		Platforms: "linux/amd64", OutDir: out, Progress: "plain", ProgressOut: &progress})
 	return &moduleBuild{out: res, progress: progress.String(), dir: out}, err
@@ -218,7 +223,10 @@ func TestModuleSources(t *testing.T) {
 		if err := os.WriteFile(vendored, []byte(strings.ReplaceAll(greetV1.Files["greet.go"], "v1.0.0", "vendored edit")), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		again := mustBuildModule(t, app, "./cmd/hello", "./cmd/plain")
+		again, err := buildModuleInto(t, b.dir, app, "./cmd/hello", "./cmd/plain")
+		if err != nil {
+			t.Fatal(err)
+		}
 		again.runs(t, "hello", "hello from greet vendored edit")
 		if sent := again.sent(); !slices.Equal(sent, []string{"linux_amd64/hello"}) {
 			t.Errorf("after a vendored edit these binaries were sent again: %v; want hello alone", sent)
@@ -227,7 +235,7 @@ func TestModuleSources(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(app, "vendor", "modules.txt"), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		_, err := Plan(Options{Root: testdaemon.RepoRoot(t), Module: app, Packages: []string{"./cmd/hello"}, Platforms: "linux/amd64"})
+		_, err = Plan(Options{Root: testdaemon.RepoRoot(t), Module: app, Packages: []string{"./cmd/hello"}, Platforms: "linux/amd64"})
 		if err == nil || !strings.Contains(err.Error(), "inconsistent vendoring") || !strings.Contains(err.Error(), "run `go mod vendor`") {
 			t.Errorf("inconsistent vendor directory gave %v; want it named with the fix", err)
 		}
@@ -270,7 +278,10 @@ func TestModuleSources(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(app, "internal/local/templates/greeting/hello.txt"), []byte("edited embed"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		again := mustBuildModule(t, app, "./cmd/vendored", "./cmd/local", "./cmd/plain")
+		again, err := buildModuleInto(t, b.dir, app, "./cmd/vendored", "./cmd/local", "./cmd/plain")
+		if err != nil {
+			t.Fatal(err)
+		}
 		again.runs(t, "local", "edited embed")
 		if sent := again.sent(); !slices.Equal(sent, []string{"linux_amd64/local"}) {
 			t.Errorf("after an edit to an embedded file these binaries were sent again: %v; want local alone", sent)
