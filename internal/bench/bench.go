@@ -72,6 +72,9 @@ type Scenario struct {
 	Ran      int      `json:"ran"`
 	Reused   int      `json:"reused"`
 	StepsRan []string `json:"stepsRan,omitempty"`
+	// Sent are the binaries the last run sent (relative to the output
+	// folder): those whose bytes changed.
+	Sent []string `json:"sent,omitempty"`
 	// Baseline names the native scenario this one is compared with, and
 	// Ratio is Median / that scenario's Median.
 	Baseline string  `json:"baseline,omitempty"`
@@ -144,7 +147,9 @@ const (
 )
 
 type runner struct {
-	opts    Options
+	opts Options
+	// sent are the binaries the last kiln build sent.
+	sent    []string
 	plan    *plan.Plan
 	daemon  *buildkit.Daemon
 	report  *Report
@@ -464,6 +469,14 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 	start := time.Now()
 	out, err := build.Binaries(ctx, opts)
 	wall := time.Since(start)
+	r.sent = nil
+	if out != nil {
+		for _, f := range out.Sent {
+			if rel, err := filepath.Rel(out.Dir, f); err == nil {
+				r.sent = append(r.sent, rel)
+			}
+		}
+	}
 	rss, groups := peak.Stop()
 	if err != nil {
 		return sample{}, nil, err
@@ -477,7 +490,7 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 }
 
 func (r *runner) describe(s *Scenario, steps buildkit.Steps) {
-	s.Ran, s.Reused, s.StepsRan = 0, 0, nil
+	s.Ran, s.Reused, s.StepsRan, s.Sent = 0, 0, nil, r.sent
 	for _, st := range steps {
 		if st.Cached {
 			s.Reused++

@@ -112,8 +112,8 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	if m := fromDisk.Machine; m.Cores == 0 || m.Memory == 0 || m.HostGo == "" || m.BuildKit == "" || m.KilnCommit == "" {
 		t.Errorf("machine facts incomplete: %+v", m)
 	}
-	if s := fromDisk.Scenario(bench.KilnOneBinary); !slices.Contains(s.StepsRan, "[linux/amd64] go build") {
-		t.Errorf("after an alpha-only edit, steps that ran: %v", s.StepsRan)
+	if s := fromDisk.Scenario(bench.KilnOneBinary); !slices.Contains(s.StepsRan, "[linux/amd64] go build") || !slices.Equal(s.Sent, []string{"linux_amd64/alpha"}) {
+		t.Errorf("after an alpha-only edit, steps that ran: %v; binaries sent: %v, want alpha alone", s.StepsRan, s.Sent)
 	}
 	if s := fromDisk.Scenario(bench.KilnFreshSnapshot); !slices.Contains(s.StepsRan, "[go cache] seed GOCACHE from the snapshot") {
 		t.Errorf("the fresh daemon did not seed its Go cache from the snapshot; steps that ran: %v", s.StepsRan)

@@ -701,26 +701,30 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 			defs := map[digest.Digest]*llb.Definition{}
 			var waitFor []llb.State
 			for i, f := range files {
-				was, ok := written[filepath.Join(dest, f.Dest)]
-				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
-					continue
-				}
 				def, err := f.From.Marshal(ctx)
 				if err != nil {
 					return nil, err
 				}
 				key := digest.FromBytes(def.Def[len(def.Def)-1])
 				if _, seen := defs[key]; !seen {
-					order = append(order, key)
 					waitFor = append(waitFor, f.From)
 				}
-				candidates[key], defs[key] = append(candidates[key], i), def
+				defs[key] = def
+				was, ok := written[filepath.Join(dest, f.Dest)]
+				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
+					continue
+				}
+				if len(candidates[key]) == 0 {
+					order = append(order, key)
+				}
+				candidates[key] = append(candidates[key], i)
 			}
-			// One solve runs those steps side by side; then each is solved
-			// again, done, one at a time. BuildKit was seen to release a
-			// step's result twice when solves sharing steps ran at once in
-			// one job, and a later step then found that mount empty.
-			if len(order) > 1 {
+			// One solve runs every step the files come from side by side;
+			// then each is solved again, done, one at a time. BuildKit was
+			// seen to release a step's result twice when solves sharing
+			// steps ran at once in one job, and a later step then found
+			// that mount empty.
+			if len(order) > 0 && len(waitFor) > 1 {
 				def, err := image.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
 				if err != nil {
 					return nil, err

@@ -23,6 +23,7 @@ import (
 	"github.com/moby/buildkit/session/secrets/secretsprovider"
 	"github.com/moby/buildkit/session/sshforward/sshprovider"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -287,8 +288,10 @@ func VCSTools(cacheDir string) (string, error) {
 	if dir, ok := knownVCSTools(cacheDir, index, roots); ok {
 		return dir, nil
 	}
+	var execDir string
 	if out, err := exec.Command(git, "--exec-path").Output(); err == nil {
 		exe := strings.TrimSpace(string(out))
+		execDir = exe
 		for _, name := range []string{"git", "git-remote-http", "git-remote-https"} {
 			if _, err := os.Stat(filepath.Join(exe, name)); err == nil {
 				bins = append(bins, filepath.Join(exe, name))
@@ -317,7 +320,7 @@ func VCSTools(cacheDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer writeVCSToolsIndex(index, vcsToolsIndex{Bins: roots, Paths: paths, Dir: dir})
+	defer writeVCSToolsIndex(index, vcsToolsIndex{Bins: roots, Env: vcsToolsEnv(), ExecDir: execDir, ExecDirMod: modTime(execDir), Paths: paths, Dir: dir})
 	if _, err := os.Stat(filepath.Join(dir, "etc", "passwd")); err == nil {
 		return dir, nil
 	}
@@ -374,9 +377,25 @@ func vcsToolsDir(cacheDir string, paths []string) (string, error) {
 // shared libraries (from git --exec-path and ldd, six processes, 30 ms of
 // every build). While every file is as it was, the same folder holds them.
 type vcsToolsIndex struct {
-	Bins  []string `json:"bins"`
-	Paths []string `json:"paths"`
-	Dir   string   `json:"dir"`
+	Bins []string `json:"bins"`
+	// Env is what else decides which files git and ldd name, and ExecDir
+	// git's helpers' folder: a helper installed there changes its time.
+	Env        []string `json:"env"`
+	ExecDir    string   `json:"execDir"`
+	ExecDirMod int64    `json:"execDirMod"`
+	Paths      []string `json:"paths"`
+	Dir        string   `json:"dir"`
+}
+
+func vcsToolsEnv() []string {
+	return []string{"GIT_EXEC_PATH=" + os.Getenv("GIT_EXEC_PATH"), "LD_LIBRARY_PATH=" + os.Getenv("LD_LIBRARY_PATH")}
+}
+
+func modTime(path string) int64 {
+	if fi, err := os.Stat(path); err == nil {
+		return fi.ModTime().UnixNano()
+	}
+	return 0
 }
 
 func knownVCSTools(cacheDir, index string, bins []string) (string, bool) {
@@ -385,7 +404,7 @@ func knownVCSTools(cacheDir, index string, bins []string) (string, bool) {
 		return "", false
 	}
 	var idx vcsToolsIndex
-	if json.Unmarshal(data, &idx) != nil || !slices.Equal(idx.Bins, bins) {
+	if json.Unmarshal(data, &idx) != nil || !slices.Equal(idx.Bins, bins) || !slices.Equal(idx.Env, vcsToolsEnv()) || modTime(idx.ExecDir) != idx.ExecDirMod {
 		return "", false
 	}
 	dir, err := vcsToolsDir(cacheDir, idx.Paths)
@@ -403,14 +422,12 @@ func writeVCSToolsIndex(path string, idx vcsToolsIndex) {
 	if err != nil {
 		return
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), "index-*")
-	if err != nil {
-		return
-	}
-	_, werr := f.Write(data)
-	if err := f.Close(); werr != nil || err != nil || os.Rename(f.Name(), path) != nil {
-		os.Remove(f.Name())
-	}
+	// The index only saves time: a failed write leaves the next build to
+	// find the files again.
+	buildkit.WriteAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 }
 
 // sharedLibraries lists the absolute paths ldd reports for a binary.

@@ -74,7 +74,8 @@ func TestVCSToolsAreFoundAgainOnlyWhileEveryFileIsAsItWas(t *testing.T) {
 		t.Fatal(err)
 	}
 	index := filepath.Join(cache, "vcs-tools", "index.json")
-	writeVCSToolsIndex(index, vcsToolsIndex{Bins: []string{bin}, Paths: paths, Dir: dir})
+	helpers := t.TempDir()
+	writeVCSToolsIndex(index, vcsToolsIndex{Bins: []string{bin}, Env: vcsToolsEnv(), ExecDir: helpers, ExecDirMod: modTime(helpers), Paths: paths, Dir: dir})
 
 	if got, ok := knownVCSTools(cache, index, []string{bin}); !ok || got != dir {
 		t.Fatalf("unchanged tools: got %q, %v; want %q", got, ok, dir)
@@ -82,6 +83,12 @@ func TestVCSToolsAreFoundAgainOnlyWhileEveryFileIsAsItWas(t *testing.T) {
 	if _, ok := knownVCSTools(cache, index, []string{bin, "/usr/bin/ssh"}); ok {
 		t.Error("found again although ssh appeared")
 	}
+	before := os.Getenv("LD_LIBRARY_PATH")
+	t.Setenv("LD_LIBRARY_PATH", "/opt/other")
+	if _, ok := knownVCSTools(cache, index, []string{bin}); ok {
+		t.Error("found again although LD_LIBRARY_PATH changed")
+	}
+	t.Setenv("LD_LIBRARY_PATH", before)
 	// A library upgraded in place: git is the same file, its library is not.
 	later := time.Now().Add(time.Minute)
 	if err := os.Chtimes(lib, later, later); err != nil {

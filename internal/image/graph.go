@@ -176,11 +176,13 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 			}
 			defs[i] = def
 		}
-		// One solve runs every platform's steps side by side; each
-		// platform is then solved again, done, one at a time. BuildKit was
-		// seen to release a step's result twice when solves sharing steps
-		// ran at once in one job, and a later step found that mount empty.
-		if len(states) > 1 {
+		// The platforms are solved one at a time. A solve is lazy: the
+		// exporter runs the steps, side by side. An isolated build runs
+		// them now instead, so every platform's in one solve first:
+		// BuildKit was seen to release a step's result twice when solves
+		// sharing steps ran at once in one job, and a later step found that
+		// mount empty.
+		if s.NoCache && len(states) > 1 {
 			def, err := s.marshal(ctx, Together(fmt.Sprintf("[%s] wait for every platform", img.Name), states...))
 			if err != nil {
 				return nil, err

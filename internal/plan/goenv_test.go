@@ -2,6 +2,7 @@ package plan
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -75,5 +76,16 @@ func TestModuleEnvIsAskedAgainWhenTheEnvironmentChanges(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(cache); len(entries) != 2 {
 		t.Errorf("%d answers kept, want one per environment", len(entries))
+	}
+
+	t.Setenv("GOPROXY", "https://user:secret@proxy.invalid")
+	if out, err := ModuleEnv(cache, dir, "GOPROXY"); err != nil || !strings.Contains(out, "secret@") {
+		t.Fatalf("go env with credentials: %q, %v", out, err)
+	}
+	entries, _ := os.ReadDir(cache)
+	for _, e := range entries {
+		if data, _ := os.ReadFile(filepath.Join(cache, e.Name())); strings.Contains(string(data), "secret") {
+			t.Errorf("%s keeps the proxy's password", e.Name())
+		}
 	}
 }

@@ -327,8 +327,15 @@ func subdirs(dir string) []string {
 
 // ModuleEnv is `go env -json keys...` run in dir, answered from the list cache
 // in cacheDir while the go command, its environment and dir's module files
-// are the same: the process start alone costs a build 30 ms.
+// are the same. A variable of the environment that holds credentials (a
+// GOPROXY with user:password@) is never written to the cache: go is asked.
 func ModuleEnv(cacheDir, dir string, keys ...string) (string, error) {
+	args := append([]string{"env", "-json"}, keys...)
+	for _, k := range keys {
+		if strings.Contains(os.Getenv(k), "@") {
+			return run(dir, nil, "go", args...)
+		}
+	}
 	deps := func(string) (dirs, files []string) {
 		for _, name := range []string{"go.mod", "go.work"} {
 			if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
@@ -337,5 +344,5 @@ func ModuleEnv(cacheDir, dir string, keys ...string) (string, error) {
 		}
 		return nil, files
 	}
-	return listCache{dir: cacheDir}.run(&Reads{}, dir, nil, deps, append([]string{"env", "-json"}, keys...)...)
+	return listCache{dir: cacheDir}.run(&Reads{}, dir, nil, deps, args...)
 }

@@ -19,7 +19,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -216,6 +218,9 @@ type keptFile struct {
 	// modification time does not tell.
 	BuildID string `json:"buildID,omitempty"`
 	Linked  int64  `json:"linked,omitempty"`
+	// Sum is the digest of the copy of a binary whose build ID gobuild
+	// cannot read (not ELF): the same bytes keep the same Linked.
+	Sum string `json:"sum,omitempty"`
 }
 
 const keptRecord = ".kilnstep-kept.json"
@@ -274,7 +279,8 @@ func gobuild(keep, out string, names, goArgs []string) error {
 	}
 	next := map[string]keptFile{}
 	for _, name := range names {
-		if err := copyBlankingBuildID(filepath.Join(keep, name), filepath.Join(out, name)); err != nil {
+		sum, err := copyBlankingBuildID(filepath.Join(keep, name), filepath.Join(out, name))
+		if err != nil {
 			return err
 		}
 		info, err := os.Stat(filepath.Join(keep, name))
@@ -286,7 +292,11 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		// the copy it exported then is this binary (images set their own
 		// times).
 		k := keptFile{Size: info.Size(), ModTime: info.ModTime().UnixNano(), BuildID: goBuildID(filepath.Join(keep, name)), Linked: info.ModTime().UnixNano()}
-		if was := kept[name]; k.BuildID != "" && was.BuildID == k.BuildID && was.Linked != 0 {
+		if k.BuildID == "" {
+			k.Sum = sum
+		}
+		was := kept[name]
+		if was.Linked != 0 && (k.BuildID != "" && was.BuildID == k.BuildID || k.Sum != "" && was.Sum == k.Sum) {
 			k.Linked = was.Linked
 		}
 		linked := time.Unix(0, k.Linked)
@@ -333,21 +343,23 @@ func goBuildID(path string) string {
 // whenever it links to the same program. Other formats are copied as they
 // are: a Mach-O binary is signed over its build ID and has a UUID made from
 // it. Their build IDs are reproducible too, only not blind to dead code.
-func copyBlankingBuildID(src, dest string) error {
+// sum is the digest of what was written.
+func copyBlankingBuildID(src, dest string) (sum string, err error) {
 	data, err := os.ReadFile(src)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
 		spans, err := elfBuildIDs(f)
 		if err != nil {
-			return fmt.Errorf("%s: %w", src, err)
+			return "", fmt.Errorf("%s: %w", src, err)
 		}
 		for _, sp := range spans {
 			clear(data[sp[0]:sp[1]])
 		}
 	}
-	return os.WriteFile(dest, data, 0o755)
+	h := sha256.Sum256(data)
+	return hex.EncodeToString(h[:]), os.WriteFile(dest, data, 0o755)
 }
 
 // elfBuildIDs are the file offsets [start, end) of the build IDs in the
