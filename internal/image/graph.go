@@ -84,10 +84,13 @@ func (s *Graph) Binary(name string, target ocispec.Platform) llb.State {
 // BuildKit keys nothing on the binary alone here, so it suits a file that
 // is only exported, not a layer.
 func (s *Graph) Linked(name string, target ocispec.Platform) (llb.State, string) {
-	s.Binary(name, target)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.built[config.FormatPlatform(target)].Steps[name], "/" + golang.ExecFile(*s.Plan.Binary(name), target)
+	step, ok := s.builtFor(target).Steps[name]
+	if !ok {
+		panic(fmt.Sprintf("binary %s is not built for %s", name, config.FormatPlatform(target)))
+	}
+	return step, "/" + golang.ExecFile(*s.Plan.Binary(name), target)
 }
 
 // binaryWithSymbols is binary keeping the symbol table, for size reports.
