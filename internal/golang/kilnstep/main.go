@@ -343,23 +343,50 @@ func goBuildID(path string) string {
 // whenever it links to the same program. Other formats are copied as they
 // are: a Mach-O binary is signed over its build ID and has a UUID made from
 // it. Their build IDs are reproducible too, only not blind to dead code.
-// sum is the digest of what was written.
+// sum is the digest of what was written to a binary that is not ELF, ""
+// for an ELF one (its build ID tells it apart): hashing a large binary
+// costs more than copying it.
 func copyBlankingBuildID(src, dest string) (sum string, err error) {
-	data, err := os.ReadFile(src)
+	in, err := os.Open(src)
 	if err != nil {
 		return "", err
 	}
-	if f, err := elf.NewFile(bytes.NewReader(data)); err == nil {
-		spans, err := elfBuildIDs(f)
-		if err != nil {
+	defer in.Close()
+	var spans [][2]int
+	f, elfErr := elf.NewFile(in)
+	if elfErr == nil {
+		if spans, err = elfBuildIDs(f); err != nil {
 			return "", fmt.Errorf("%s: %w", src, err)
 		}
-		for _, sp := range spans {
-			clear(data[sp[0]:sp[1]])
+	}
+	out, err := os.OpenFile(dest, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return "", err
+	}
+	defer out.Close()
+	h := sha256.New()
+	var w io.Writer = out // an *os.File to *os.File copy stays in the kernel
+	if elfErr != nil {
+		w = io.MultiWriter(out, h)
+	}
+	if _, err := in.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	if _, err := io.Copy(w, in); err != nil {
+		return "", err
+	}
+	for _, sp := range spans {
+		if _, err := out.WriteAt(make([]byte, sp[1]-sp[0]), int64(sp[0])); err != nil {
+			return "", err
 		}
 	}
-	h := sha256.Sum256(data)
-	return hex.EncodeToString(h[:]), os.WriteFile(dest, data, 0o755)
+	if err := out.Close(); err != nil {
+		return "", err
+	}
+	if elfErr != nil {
+		sum = hex.EncodeToString(h.Sum(nil))
+	}
+	return sum, nil
 }
 
 // elfBuildIDs are the file offsets [start, end) of the build IDs in the
