@@ -473,6 +473,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		return nil, err
 	}
 	defer s.Close()
+	noopInputs := s.statNoopInputs(opts, "images", began)
 	out, err := s.images(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -492,7 +493,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		for _, e := range out.Explanations {
 			r.Tracked = append(r.Tracked, e.Step)
 		}
-		s.recordNoop(opts, "images", began, outputs, r)
+		s.recordNoop(noopInputs, outputs, r)
 	}
 	return out, nil
 }
@@ -500,7 +501,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	outDir := opts.OutDirFor(s.Plan.Root)
 	dir := filepath.Join(outDir, "images")
-	inputs, err := s.inputs()
+	inputs, err := s.inputs(outDir)
 	if err != nil {
 		return nil, err
 	}
@@ -579,12 +580,17 @@ func (s *Session) mayReuse(opts Options) bool {
 }
 
 // inputs are what each tracked step of this build depends on.
-func (s *Session) inputs() (explain.Inputs, error) {
+func (s *Session) inputs(outDir string) (explain.Inputs, error) {
 	defs, err := s.Graph.Definitions()
 	if err != nil {
 		return nil, err
 	}
-	return explain.Collect(s.Plan, defs)
+	hashes := loadSourceHashes(outDir, s.Plan.Root)
+	in, err := explain.Collect(s.Plan, defs, hashes.hash)
+	if err == nil {
+		hashes.save()
+	}
+	return in, err
 }
 
 // assembleSteps are the steps that put an image together, one per platform;
@@ -627,6 +633,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	noopInputs := s.statNoopInputs(opts, "binaries", began)
 	defer s.Close()
 	var files []FileCopy
 	var links, built, written []string
@@ -642,7 +649,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		}
 		built = append(built, golang.PackageStepName(target))
 	}
-	inputs, err := s.inputs()
+	inputs, err := s.inputs(opts.OutDirFor(s.Plan.Root))
 	if err != nil {
 		return nil, err
 	}
@@ -653,7 +660,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if r, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
 		s.sawOutputs(r)
 		out.Kept, out.Steps = true, recorded.steps()
-		s.recordNoop(opts, "binaries", began, written, recorded)
+		s.recordNoop(noopInputs, written, recorded)
 		return out, nil
 	}
 	if out.Steps, out.Sent, err = s.ExportFiles(ctx, "binaries", files, dest, done.records["binaries"].Files); err != nil {
@@ -668,7 +675,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 			return nil, err
 		}
 	}
-	s.recordNoop(opts, "binaries", began, written, recorded)
+	s.recordNoop(noopInputs, written, recorded)
 	return out, nil
 }
 

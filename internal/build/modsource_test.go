@@ -191,11 +191,21 @@ func TestModuleSources(t *testing.T) {
 	})
 
 	t.Run("vendor directory: no download step, vendored files are inputs", func(t *testing.T) {
-		app, proxy := greetApp(t, map[string]string{"cmd/plain/main.go": plainMain})
+		app, proxy := greetApp(t, map[string]string{
+			"cmd/plain/main.go":       plainMain,
+			"cmd/indirect/main.go":    mainUsing("example.com/app/internal/relay"),
+			"internal/relay/relay.go": "package relay\n\nimport \"example.com/greet\"\n\nfunc Hello() string { return greet.Hello() }\n",
+		})
 		modfixture.Go(t, app, []string{"GOPROXY=file://" + proxy}, "mod", "vendor")
 		t.Setenv("GOPROXY", "off") // nothing may be fetched
 
-		p := modulePlan(t, app, "./cmd/hello", "./cmd/plain")
+		p := modulePlan(t, app, "./cmd/hello", "./cmd/plain", "./cmd/indirect")
+		// A package imported through another is an input too.
+		for _, f := range []string{"internal/relay/relay.go", "vendor/example.com/greet/greet.go"} {
+			if !slices.Contains(p.Binary("indirect").Files, f) {
+				t.Errorf("indirect's inputs lack %s: %v", f, p.Binary("indirect").Files)
+			}
+		}
 		if p.ModMode != plan.ModVendor || len(p.Modules) != 0 {
 			t.Fatalf("mode %s, modules %v; want vendor and none to download", p.ModMode, p.Modules)
 		}

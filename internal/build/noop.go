@@ -262,23 +262,39 @@ func (r *noopReads) tree(dir string) {
 	})
 }
 
-// recordNoop writes the record that lets the next identical build return
-// outcome at once. It records nothing when the options do not allow it,
-// when what go list read is unknown, when an input changed too recently
-// to trust (at or after start, less the racy window), or when an output
-// is no longer what this build wrote or found (another build replaced it).
-func (s *Session) recordNoop(opts Options, kind string, start noopStart, outputs []string, outcome noopResult) {
+// noopInputs are the stats of a build's inputs, taken while its solve runs
+// (tens of milliseconds on a large tree). A stat taken before the daemon
+// reads a file errs the safe way: a change after it shows next time.
+type noopInputs struct {
+	done chan struct{}
+	path string
+	rec  *noopRecord // nil: nothing is recorded
+}
+
+// statNoopInputs starts taking the stats recordNoop records, when the
+// options allow a record, what go list read is known, and no input changed
+// too recently to trust (at or after start, less the racy window).
+func (s *Session) statNoopInputs(opts Options, kind string, start noopStart) *noopInputs {
+	in := &noopInputs{done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		in.path, in.rec = s.noopInputRecord(opts, kind, start)
+	}()
+	return in
+}
+
+func (s *Session) noopInputRecord(opts Options, kind string, start noopStart) (string, *noopRecord) {
 	p := s.Plan
-	if !start.ok || !noopEligible(opts, true) || s.sideEffects || p.Reads.Unknown {
-		return
+	if !start.ok || !noopEligible(opts, true) || p.Reads.Unknown {
+		return "", nil
 	}
 	place, ok := noopPlaceOf(opts, kind)
 	if !ok {
-		return
+		return "", nil
 	}
 	key, ok := noopKey(kind, opts, place.kilnRoot, place.root)
 	if !ok {
-		return
+		return "", nil
 	}
 	r := &noopReads{
 		files: append(slices.Clone(p.Reads.Files), filepath.Join(place.kilnRoot, config.File), filepath.Join(p.Root, ".dockerignore")),
@@ -320,10 +336,24 @@ func (s *Session) recordNoop(opts Options, kind string, start noopStart, outputs
 		for _, path := range set.paths {
 			st, ok := statPath(path)
 			if !ok || max(st.ModTime, st.Change) > trusted {
-				return
+				return "", nil
 			}
 			set.into[path] = st
 		}
+	}
+	return place.path, &rec
+}
+
+// recordNoop writes the record that lets the next identical build return
+// outcome at once, from the inputs' stats. It records nothing when they
+// are not to be recorded, when the build had side effects, or when an
+// output is no longer what this build wrote or found (another build
+// replaced it).
+func (s *Session) recordNoop(in *noopInputs, outputs []string, outcome noopResult) {
+	<-in.done
+	rec := in.rec
+	if rec == nil || s.sideEffects {
+		return
 	}
 	for _, f := range outputs {
 		st, _ := statPath(f)
@@ -336,7 +366,7 @@ func (s *Session) recordNoop(opts Options, kind string, start noopStart, outputs
 	if rec.Outcome, err = json.Marshal(outcome); err != nil {
 		return
 	}
-	buildkit.WriteAtomic(place.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(rec) })
+	buildkit.WriteAtomic(in.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(rec) })
 }
 
 // images is a no-op images build's outcome: every image kept, every step

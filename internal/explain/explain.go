@@ -39,18 +39,18 @@ type Record struct {
 // The names match the vertex names the LLB stage gives those steps; defs maps
 // those names to the digests of their LLB definitions and of the named steps
 // they depend on, so a change in how kiln builds a step is named too.
-func Collect(p *plan.Plan, defs map[string]map[string]string) (Inputs, error) {
+// hashFile is the Digest of a file of the plan's root.
+func Collect(p *plan.Plan, defs map[string]map[string]string, hashFile func(rel string) (string, error)) (Inputs, error) {
 	in := Inputs{}
 	hashes := map[string]string{}
 	hash := func(rel string) (string, error) {
 		if h, ok := hashes[rel]; ok {
 			return h, nil
 		}
-		data, err := os.ReadFile(filepath.Join(p.Root, rel))
+		h, err := hashFile(rel)
 		if err != nil {
 			return "", err
 		}
-		h := short(data)
 		hashes[rel] = h
 		return h, nil
 	}
@@ -125,6 +125,9 @@ func hashTree(root, rel string, into map[string]string) error {
 
 // isPart is an input naming one step of a step's definition.
 func isPart(input string) bool { return strings.HasPrefix(input, "definition of ") }
+
+// Digest is how explain names the bytes of a file.
+func Digest(data []byte) string { return short(data) }
 
 func short(data []byte) string {
 	sum := sha256.Sum256(data)

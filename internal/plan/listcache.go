@@ -33,8 +33,10 @@ import (
 // the file to be read again rather than trusted.
 const racyWindow = 2 * time.Second
 
+// On disk it is one line of JSON, then the output as go wrote it: quoted
+// in JSON, a large tree's output took longer to read than to check.
 type listRecord struct {
-	Out        string              `json:"out"`
+	Out        string              `json:"-"`
 	RecordedAt int64               `json:"recordedAt"`
 	Files      map[string]fileHead `json:"files"`
 	Dirs       map[string]string   `json:"dirs"`
@@ -176,10 +178,12 @@ func readListRecord(path string) *listRecord {
 	if err != nil {
 		return nil
 	}
+	meta, out, ok := bytes.Cut(data, []byte("\n"))
 	var rec listRecord
-	if json.Unmarshal(data, &rec) != nil {
+	if !ok || json.Unmarshal(meta, &rec) != nil {
 		return nil
 	}
+	rec.Out = string(out)
 	return &rec
 }
 
@@ -188,10 +192,11 @@ func readListRecord(path string) *listRecord {
 const maxListRecords = 64
 
 func (c listCache) write(path string, rec *listRecord) {
-	data, err := json.Marshal(rec)
+	meta, err := json.Marshal(rec)
 	if err != nil || os.MkdirAll(filepath.Dir(path), 0o755) != nil {
 		return
 	}
+	data := append(append(meta, '\n'), rec.Out...)
 	if entries, err := os.ReadDir(c.dir); err == nil && len(entries) >= maxListRecords {
 		type aged struct {
 			name string

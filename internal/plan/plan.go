@@ -450,16 +450,19 @@ type listedPackage struct {
 	ImportPath string
 	Dir        string
 	Standard   bool
-	Deps       []string
-	Module     *listedModule
-	Error      *struct{ Err string }
+	// Imports are resolved import paths (vendored, replaced): a
+	// binary's packages are their closure. Deps would name the same set
+	// for every package, hundreds of times over on a large tree.
+	Imports []string
+	Module  *listedModule
+	Error   *struct{ Err string }
 
 	GoFiles, CgoFiles, CFiles, CXXFiles, MFiles, HFiles, FFiles, SFiles []string
 	SwigFiles, SwigCXXFiles, SysoFiles, EmbedFiles                      []string
 }
 
 // listFields is the -json field list that fills listedPackage.
-const listFields = "ImportPath,Dir,Standard,Deps,Module,Error,GoFiles,CgoFiles,CFiles,CXXFiles,MFiles,HFiles,FFiles,SFiles,SwigFiles,SwigCXXFiles,SysoFiles,EmbedFiles"
+const listFields = "ImportPath,Dir,Standard,Imports,Module,Error,GoFiles,CgoFiles,CFiles,CXXFiles,MFiles,HFiles,FFiles,SFiles,SwigFiles,SwigCXXFiles,SysoFiles,EmbedFiles"
 
 // sourceFiles returns every file of the package the go command reads to build it.
 func (lp listedPackage) sourceFiles() []string {
@@ -531,7 +534,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 				binModule[b.Name] = main.Module.Path
 			}
 			execName[b.Name] = ExecName(main.ImportPath)
-			for _, dep := range append([]string{main.ImportPath}, main.Deps...) {
+			for _, dep := range closure(byPath, main.ImportPath) {
 				imported[dep] = true
 				lp := byPath[dep]
 				if lp.Standard || lp.Module == nil {
@@ -561,6 +564,21 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	}
 	p.Modules = sortedSet(modules)
 	return imported, nil
+}
+
+// closure is pkg and every package it imports, directly or not, in byPath.
+func closure(byPath map[string]listedPackage, pkg string) []string {
+	seen := map[string]bool{pkg: true}
+	out := []string{pkg}
+	for i := 0; i < len(out); i++ {
+		for _, imp := range byPath[out[i]].Imports {
+			if !seen[imp] {
+				seen[imp] = true
+				out = append(out, imp)
+			}
+		}
+	}
+	return out
 }
 
 // packageDeps are what go list -deps reads in the repository: the module

@@ -1,0 +1,78 @@
+package build
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/explain"
+)
+
+// sourceHashesFile keeps the digest of every source file explain read,
+// with its stat.
+const sourceHashesFile = "source-hashes.json"
+
+// sourceHashes gives explain each source file's digest, reading only the
+// files whose stat changed since the last build: on a vendored tree,
+// reading all of them took longer than the go list cache's check. As git's
+// index, it trusts a stat that was at least racyWindow old when recorded.
+type sourceHashes struct {
+	path, root string
+	began      int64
+	was, now   map[string]hashedFile
+}
+
+type hashedFile struct {
+	Stat pathStat `json:"st"`
+	Hash string   `json:"h"`
+}
+
+type sourceHashesRecord struct {
+	RecordedAt int64                 `json:"recordedAt"`
+	Files      map[string]hashedFile `json:"files"`
+}
+
+func loadSourceHashes(outDir, root string) *sourceHashes {
+	h := &sourceHashes{path: filepath.Join(outDir, explainDir, sourceHashesFile), root: root, began: time.Now().UnixNano(), now: map[string]hashedFile{}}
+	var rec sourceHashesRecord
+	if data, err := os.ReadFile(h.path); err == nil && json.Unmarshal(data, &rec) == nil {
+		h.was = rec.Files
+		trusted := rec.RecordedAt - int64(racyWindow)
+		for rel, f := range h.was {
+			if f.Stat.ModTime >= trusted || f.Stat.Change >= trusted {
+				delete(h.was, rel)
+			}
+		}
+	}
+	return h
+}
+
+// hash is the digest explain records for a file of the root.
+func (h *sourceHashes) hash(rel string) (string, error) {
+	path := filepath.Join(h.root, rel)
+	st, ok := statPath(path)
+	if was, seen := h.was[rel]; ok && seen && st.Size >= 0 && was.Stat == st {
+		h.now[rel] = was
+		return was.Hash, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	f := hashedFile{Stat: st, Hash: explain.Digest(data)}
+	if ok {
+		h.now[rel] = f
+	}
+	return f.Hash, nil
+}
+
+// save records this build's digests; a build that could not write it
+// reads every file next time.
+func (h *sourceHashes) save() {
+	buildkit.WriteAtomic(h.path, func(w io.Writer) error {
+		return json.NewEncoder(w).Encode(sourceHashesRecord{RecordedAt: h.began, Files: h.now})
+	})
+}

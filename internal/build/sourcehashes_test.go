@@ -1,0 +1,86 @@
+package build
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kiln-build/kiln/internal/explain"
+)
+
+// TestSourceHashesReadOnlyFilesWhoseStatChanged plants a digest in the
+// record: it is answered while the file's stat is as recorded and long
+// enough before the recording, and the file is read again otherwise.
+func TestSourceHashesReadOnlyFilesWhoseStatChanged(t *testing.T) {
+	root, out := t.TempDir(), t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("kept.go", "package a // kept\n")
+	write("edited.go", "package a // one\n")
+	time.Sleep(20 * time.Millisecond)
+	plant := func() {
+		path := filepath.Join(out, explainDir, sourceHashesFile)
+		var rec sourceHashesRecord
+		data, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(data, &rec)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := rec.Files["kept.go"]
+		f.Hash = "planted"
+		rec.Files["kept.go"] = f
+		if data, err = json.Marshal(rec); err == nil {
+			err = os.WriteFile(path, data, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	hashAll := func() map[string]string {
+		h := loadSourceHashes(out, root)
+		got := map[string]string{}
+		for _, name := range []string{"kept.go", "edited.go"} {
+			d, err := h.hash(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[name] = d
+		}
+		h.save()
+		return got
+	}
+
+	restore := TrustRecentInputs()
+	hashAll()
+	plant()
+	// Same size and modification time: only the change time tells.
+	info, err := os.Stat(filepath.Join(root, "edited.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write("edited.go", "package a // two\n")
+	if err := os.Chtimes(filepath.Join(root, "edited.go"), info.ModTime(), info.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	got := hashAll()
+	if got["kept.go"] != "planted" {
+		t.Errorf("kept.go, unchanged, was read again (%s): the record was not used", got["kept.go"])
+	}
+	if want := explain.Digest([]byte("package a // two\n")); got["edited.go"] != want {
+		t.Errorf("edited.go, rewritten with its size and time kept, hashed %s; want %s", got["edited.go"], want)
+	}
+
+	plant()
+	restore()
+	// Recorded within the racy window of kept.go's last change: not trusted.
+	if got := hashAll(); got["kept.go"] != explain.Digest([]byte("package a // kept\n")) {
+		t.Errorf("kept.go was answered from a racy record: %s", got["kept.go"])
+	}
+}
