@@ -248,6 +248,9 @@ type Session struct {
 	// sideEffects is true when the build imports, exports or seeds a cache:
 	// it records no no-op.
 	sideEffects bool
+	// began is when the build began by the clock of the file system it
+	// reads, for what it records of its inputs' stats.
+	began noopStart
 	// outputs are the outputs as this build wrote or found them.
 	outputs map[string]fileStat
 }
@@ -473,7 +476,9 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		return nil, err
 	}
 	defer s.Close()
+	s.began = began
 	noopInputs := s.statNoopInputs(opts, "images", began)
+	defer noopInputs.wait()
 	out, err := s.images(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -585,7 +590,7 @@ func (s *Session) inputs(outDir string) (explain.Inputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	hashes := loadSourceHashes(outDir, s.Plan.Root)
+	hashes := loadSourceHashes(outDir, s.Plan.Root, s.began)
 	in, err := explain.Collect(s.Plan, defs, hashes.hash)
 	if err == nil {
 		hashes.save()
@@ -633,7 +638,9 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.began = began
 	noopInputs := s.statNoopInputs(opts, "binaries", began)
+	defer noopInputs.wait()
 	defer s.Close()
 	var files []FileCopy
 	var links, built, written []string

@@ -23,11 +23,11 @@ import (
 )
 
 // A no-op build is answered before the plan is resolved or BuildKit is
-// contacted. After a build, kiln records the stat (size, modification and
-// change time, inode) of every file and directory it read: the
+// contacted. While a build runs, kiln takes the stat (size, modification
+// and change time, inode) of every file and directory it reads: the
 // configuration and the key files it names, what go list read (module
 // files, each package directory and its files), the binaries' sources, the
-// images' files, and the outputs it wrote. The next build with the same
+// images' files; after it, of the outputs it wrote. The next build with the same
 // kiln executable, flags, environment and git commit whose files all stat
 // the same is the same build: it returns the recorded outcome, as make and
 // git's index trust a stat. A directory's modification time changes when
@@ -274,20 +274,26 @@ type noopInputs struct {
 // statNoopInputs starts taking the stats recordNoop records, when the
 // options allow a record, what go list read is known, and no input changed
 // too recently to trust (at or after start, less the racy window).
+// wait waits for it, so that no stat outlives the build.
 func (s *Session) statNoopInputs(opts Options, kind string, start noopStart) *noopInputs {
 	in := &noopInputs{done: make(chan struct{})}
+	if !start.ok || !noopEligible(opts, true) || s.sideEffects || s.Plan.Reads.Unknown {
+		close(in.done)
+		return in
+	}
+	trusted := start.at.Add(-racyWindow).UnixNano()
 	go func() {
 		defer close(in.done)
-		in.path, in.rec = s.noopInputRecord(opts, kind, start)
+		in.path, in.rec = s.noopInputRecord(opts, kind, trusted)
 	}()
 	return in
 }
 
-func (s *Session) noopInputRecord(opts Options, kind string, start noopStart) (string, *noopRecord) {
+func (in *noopInputs) wait() { <-in.done }
+
+// noopInputRecord stats the inputs; none may have changed after trusted.
+func (s *Session) noopInputRecord(opts Options, kind string, trusted int64) (string, *noopRecord) {
 	p := s.Plan
-	if !start.ok || !noopEligible(opts, true) || p.Reads.Unknown {
-		return "", nil
-	}
 	place, ok := noopPlaceOf(opts, kind)
 	if !ok {
 		return "", nil
@@ -328,7 +334,6 @@ func (s *Session) noopInputRecord(opts Options, kind string, start noopStart) (s
 		}
 	}
 	rec := noopRecord{Key: key, Files: map[string]pathStat{}, Dirs: map[string]pathStat{}}
-	trusted := start.at.Add(-racyWindow).UnixNano()
 	for _, set := range []struct {
 		paths []string
 		into  map[string]pathStat
@@ -350,7 +355,7 @@ func (s *Session) noopInputRecord(opts Options, kind string, start noopStart) (s
 // output is no longer what this build wrote or found (another build
 // replaced it).
 func (s *Session) recordNoop(in *noopInputs, outputs []string, outcome noopResult) {
-	<-in.done
+	in.wait()
 	rec := in.rec
 	if rec == nil || s.sideEffects {
 		return

@@ -35,8 +35,14 @@ type sourceHashesRecord struct {
 	Files      map[string]hashedFile `json:"files"`
 }
 
-func loadSourceHashes(outDir, root string) *sourceHashes {
-	h := &sourceHashes{path: filepath.Join(outDir, explainDir, sourceHashesFile), root: root, began: time.Now().UnixNano(), now: map[string]hashedFile{}}
+// loadSourceHashes reads the last build's digests; began is when this build
+// began, by the clock of the file system when it could be read.
+func loadSourceHashes(outDir, root string, began noopStart) *sourceHashes {
+	at := time.Now()
+	if began.ok {
+		at = began.at
+	}
+	h := &sourceHashes{path: filepath.Join(outDir, explainDir, sourceHashesFile), root: root, began: at.UnixNano(), now: map[string]hashedFile{}}
 	var rec sourceHashesRecord
 	if data, err := os.ReadFile(h.path); err == nil && json.Unmarshal(data, &rec) == nil {
 		h.was = rec.Files

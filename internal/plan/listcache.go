@@ -136,7 +136,7 @@ func (c listCache) key(dir string, env, args []string) (string, bool) {
 		return "", false
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "list cache 1\n%s\n%s %d %d\n", dir, gobin, fi.Size(), fi.ModTime().UnixNano())
+	fmt.Fprintf(h, "list cache 2\n%s\n%s %d %d\n", dir, gobin, fi.Size(), fi.ModTime().UnixNano())
 	for _, a := range args {
 		fmt.Fprintf(h, "arg %s\n", a)
 	}

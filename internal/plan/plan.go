@@ -450,9 +450,10 @@ type listedPackage struct {
 	ImportPath string
 	Dir        string
 	Standard   bool
-	// Imports are resolved import paths (vendored, replaced): a
-	// binary's packages are their closure. Deps would name the same set
-	// for every package, hundreds of times over on a large tree.
+	// Imports are resolved import paths (the standard library's vendored
+	// packages under vendor/): a binary's packages are their closure. Deps
+	// lists each package's whole closure, which on a large tree names the
+	// same packages hundreds of times over.
 	Imports []string
 	Module  *listedModule
 	Error   *struct{ Err string }

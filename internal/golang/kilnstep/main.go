@@ -365,7 +365,7 @@ func copyBlankingBuildID(src, dest string) (sum string, err error) {
 	}
 	defer out.Close()
 	h := sha256.New()
-	var w io.Writer = out // an *os.File to *os.File copy stays in the kernel
+	var w io.Writer = out // *os.File to *os.File: copy_file_range where it can
 	if elfErr != nil {
 		w = io.MultiWriter(out, h)
 	}
