@@ -251,6 +251,8 @@ type Session struct {
 	// began is when the build began by the clock of the file system it
 	// reads, for what it records of its inputs' stats.
 	began noopStart
+	// hashes are the source digests inputs read.
+	hashes *sourceHashes
 	// outputs are the outputs as this build wrote or found them.
 	outputs map[string]fileStat
 }
@@ -549,6 +551,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 			return nil, err
 		}
 	}
+	s.saveSourceHashes()
 	// The steps of images kept as they were are reused, for explain.
 	for _, name := range slices.Sorted(maps.Keys(inputs)) {
 		if !slices.ContainsFunc(out.Steps, func(st buildkit.Step) bool { return st.Name == name }) {
@@ -590,12 +593,16 @@ func (s *Session) inputs(outDir string) (explain.Inputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	hashes := loadSourceHashes(outDir, s.Plan.Root, s.began)
-	in, err := explain.Collect(s.Plan, defs, hashes.hash)
-	if err == nil {
-		hashes.save()
+	s.hashes = loadSourceHashes(outDir, s.Plan.Root, s.began)
+	return explain.Collect(s.Plan, defs, s.hashes.hash)
+}
+
+// saveSourceHashes keeps the digests inputs read, once the build has
+// written its outputs: a failed build leaves nothing in the output folder.
+func (s *Session) saveSourceHashes() {
+	if s.hashes != nil {
+		s.hashes.save()
 	}
-	return in, err
 }
 
 // assembleSteps are the steps that put an image together, one per platform;
@@ -667,6 +674,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if r, ok := done.current("binaries", key); ok && s.mayReuse(opts) {
 		s.sawOutputs(r)
 		out.Kept, out.Steps = true, recorded.steps()
+		s.saveSourceHashes()
 		s.recordNoop(noopInputs, written, recorded)
 		return out, nil
 	}
@@ -677,6 +685,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if err := done.write(); err != nil {
 		return nil, err
 	}
+	s.saveSourceHashes()
 	if s.goCacheTo != "" {
 		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
 			return nil, err
