@@ -479,7 +479,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	}
 	defer s.Close()
 	s.began = began
-	noopInputs := s.statNoopInputs(opts, "images", began)
+	noopInputs := s.statNoopInputs(opts, "images")
 	defer noopInputs.wait()
 	out, err := s.images(ctx, opts)
 	if err != nil {
@@ -646,7 +646,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		return nil, err
 	}
 	s.began = began
-	noopInputs := s.statNoopInputs(opts, "binaries", began)
+	noopInputs := s.statNoopInputs(opts, "binaries")
 	defer noopInputs.wait()
 	defer s.Close()
 	var files []FileCopy

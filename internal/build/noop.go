@@ -27,8 +27,8 @@ import (
 // and change time, inode) of every file and directory it reads: the
 // configuration and the key files it names, what go list read (module
 // files, each package directory and its files), the binaries' sources, the
-// images' files; after it, of the outputs it wrote. The next build with the same
-// kiln executable, flags, environment and git commit whose files all stat
+// images' files; after it, of the outputs it wrote. The next build with the
+// same kiln executable, flags, environment and git commit whose files all stat
 // the same is the same build: it returns the recorded outcome, as make and
 // git's index trust a stat. A directory's modification time changes when
 // an entry is added, removed or renamed; the change time, when anything
@@ -273,10 +273,11 @@ type noopInputs struct {
 
 // statNoopInputs starts taking the stats recordNoop records, when the
 // options allow a record, what go list read is known, and no input changed
-// too recently to trust (at or after start, less the racy window).
-// wait waits for it, so that no stat outlives the build.
-func (s *Session) statNoopInputs(opts Options, kind string, start noopStart) *noopInputs {
+// too recently to trust (at or after the build began, less the racy
+// window). wait waits for it, so that no stat outlives the build.
+func (s *Session) statNoopInputs(opts Options, kind string) *noopInputs {
 	in := &noopInputs{done: make(chan struct{})}
+	start := s.began
 	if !start.ok || !noopEligible(opts, true) || s.sideEffects || s.Plan.Reads.Unknown {
 		close(in.done)
 		return in
