@@ -385,7 +385,7 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 	if err != nil {
 		return nil, err
 	}
-	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalSources: p.Root, golang.LocalToolchain: tcDir}
+	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
 	var fetch *golang.Fetch
 	var attach []bksession.Attachable
 	if len(p.Modules) > 0 {
@@ -412,7 +412,7 @@ func (s *Session) sawOutputs(r outputRecord) {
 }
 
 func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
-	return buildkit.SolveOptions{Locals: s.locals, Progress: s.mode, Out: s.out,
+	return buildkit.SolveOptions{Locals: s.locals, Mounts: s.Golang.SourceMounts(), Progress: s.mode, Out: s.out,
 		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint}
 }
 

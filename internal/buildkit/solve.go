@@ -87,6 +87,8 @@ func (s Steps) Ran(substr string) []string {
 type SolveOptions struct {
 	// Locals maps local source names to directories on this machine.
 	Locals map[string]string
+	// Mounts maps more local source names to file systems of their own.
+	Mounts map[string]fsutil.FS
 	// Progress is a progressui mode: auto, tty, plain, quiet or rawjson.
 	Progress string
 	// Out receives the progress display; os.Stderr when nil.
@@ -126,6 +128,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		}
 		mounts[name] = fs
 	}
+	maps.Copy(mounts, opts.Mounts)
 
 	statusCh := make(chan *client.SolveStatus)
 	logs := newVertexLogs()

@@ -56,7 +56,7 @@ func TestCompileStepsCannotReachTheNetwork(t *testing.T) {
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   t.TempDir() + "/out",
 	}
-	_, err = d.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: map[string]string{golang.LocalContext: root, golang.LocalSources: root, golang.LocalToolchain: tc, golang.LocalCACerts: "/etc/ssl/certs"}, Progress: "quiet"})
+	_, err = d.Solve(ctx, []buildkit.Job{job}, buildkit.SolveOptions{Locals: map[string]string{golang.LocalContext: root, golang.LocalToolchain: tc, golang.LocalCACerts: "/etc/ssl/certs"}, Mounts: g.SourceMounts(), Progress: "quiet"})
 	if err == nil {
 		t.Fatal("a compile step downloaded a module: it has network")
 	}

@@ -7,10 +7,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/moby/buildkit/client/llb"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/tonistiigi/fsutil"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -19,7 +21,8 @@ import (
 
 // Local source names the solve must map to directories on the client.
 const (
-	LocalContext   = "context"
+	LocalContext = "context"
+	// LocalSources begins the name of each local source of Sources.
 	LocalSources   = "sources"
 	LocalToolchain = "go-toolchain"
 	LocalCACerts   = "ca-certificates"
@@ -101,6 +104,9 @@ type Graph struct {
 	// before any seeding, so that a seeded build finds the tool that an
 	// unseeded one built (or imported), and a snapshot never reaches it.
 	toolsGoCache string
+	// sources are the files of each local source Sources defined.
+	sourcesMu sync.Mutex
+	sources   map[string][]string
 }
 
 // NewGraph wires the toolchain, the context and the module download step;
@@ -245,44 +251,38 @@ func fetchProxy(env []string) string {
 
 // Sources is the files go reads to build a binary (or a union of binaries)
 // alone, so an edit elsewhere in the repository does not change its go
-// build step's cache key. It is a local source of its own, filtered on the
-// client: BuildKit keeps it from build to build and receives only what
-// changed, where a copy out of the context wrote every file again.
+// build step's cache key. It is a local source of its own, which sends
+// exactly the listed files (SourceMounts): BuildKit keeps it from build to
+// build and receives only what changed, where a copy out of the context
+// wrote every file again.
 func (g *Graph) Sources(b plan.Binary) llb.State {
 	// One kept transfer per binary or set of binaries (two sets sharing one
 	// would undo each other's files), which an added file only updates.
 	set := digest.FromString(b.Name).Encoded()[:16]
-	return llb.Local(LocalSources,
-		llb.IncludePatterns(sourcePatterns(b.Files)),
+	name := LocalSources + "-" + set
+	g.sourcesMu.Lock()
+	if g.sources == nil {
+		g.sources = map[string][]string{}
+	}
+	g.sources[name] = b.Files
+	g.sourcesMu.Unlock()
+	return llb.Local(name,
 		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), g.Excludes...)),
 		llb.SharedKeyHint("kiln-sources-"+set),
 		LocalID(g.Plan.Root+"\x00sources\x00"+set),
 		llb.WithCustomNamef("[%s] sources", b.Name))
 }
 
-// sourcePatterns are the include patterns of the sources. BuildKit
-// matches every path of the tree against every include pattern, so one
-// pattern per package directory cost 0.7 s on every build of a vendored
-// tree of 1,000 packages. The .go files therefore go by top-level folder
-// (vendor/**/*.go): a superset of the listed ones, from which go reads
-// exactly what it read on the host. Whether a build runs at all is decided
-// on the listed files alone (the no-op record, the up-to-date key), so an
-// unlisted .go file only rides along with a build that runs anyway. Every
-// other input (embedded files, go.mod) is named.
-func sourcePatterns(files []string) []string {
-	var out []string
-	tops := map[string]bool{}
-	for _, f := range files {
-		top, _, nested := strings.Cut(f, "/")
-		switch {
-		case !strings.HasSuffix(f, ".go") || !nested:
-			out = append(out, escapePatterns([]string{f})[0])
-		case !tops[top]:
-			tops[top] = true
-			out = append(out, escapePatterns([]string{top})[0]+"/**/*.go")
-		}
+// SourceMounts are the local sources that Sources defined so far, by name:
+// each holds the listed files of the plan's root and nothing else.
+func (g *Graph) SourceMounts() map[string]fsutil.FS {
+	g.sourcesMu.Lock()
+	defer g.sourcesMu.Unlock()
+	mounts := map[string]fsutil.FS{}
+	for name, files := range g.sources {
+		mounts[name] = newListedFS(g.Plan.Root, files)
 	}
-	return out
+	return mounts
 }
 
 // Env is the complete environment of a compile step for one platform: the
