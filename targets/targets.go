@@ -241,7 +241,7 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 // cache, with and without a Go cache snapshot; the cgo split experiment.
 // Writes _output/bench/{latest.json,report.md,chart.svg}.
 //
-//	-runs=N                        warm and incremental runs (default 3)
+//	-runs=N                        warm, incremental and caches-kept runs (default 3)
 //	-module=DIR                    bench another module, with -packages=./cmd/a,./cmd/b
 //	-module=modcache:PATH@VERSION  a module copied from the module cache
 //	-vendor                        vendor that copy first (go mod vendor)
