@@ -24,6 +24,7 @@ const (
 	LocalContext = "context"
 	// LocalSources begins the name of each local source of Sources.
 	LocalSources   = "sources"
+	LocalModFiles  = "go-mod-files"
 	LocalToolchain = "go-toolchain"
 	LocalCACerts   = "ca-certificates"
 	// CABundle is the file of LocalCACerts the download step trusts.
@@ -129,14 +130,13 @@ func (g *Graph) base() llb.State {
 }
 
 // goModFiles is the go.mod, go.sum and go.work files alone: the only
-// repository inputs of the download step.
+// repository inputs of the download step. They come as a local source of
+// their own, so a build that compiles only never walks the whole context.
 func (g *Graph) goModFiles() llb.State {
+	files := g.listed(LocalModFiles, "kiln-modfiles", g.Plan.ModFiles, "[go] go.mod and go.sum files")
 	return llb.Scratch().File(
-		llb.Copy(g.Context, "/", "/", &llb.CopyInfo{
-			CopyDirContentsOnly: true,
-			IncludePatterns:     escapePatterns(g.Plan.ModFiles),
-			AllowEmptyWildcard:  true,
-		}), llb.WithCustomName("[go] go.mod and go.sum"))
+		llb.Copy(files, "/", "/", &llb.CopyInfo{CopyDirContentsOnly: true}),
+		llb.WithCustomName("[go] go.mod and go.sum"))
 }
 
 // fetchBase is the root filesystem of the download step: git and ssh when
@@ -259,22 +259,28 @@ func (g *Graph) Sources(b plan.Binary) llb.State {
 	// One kept transfer per binary or set of binaries (two sets sharing one
 	// would undo each other's files), which an added file only updates.
 	set := digest.FromString(b.Name).Encoded()[:16]
-	name := LocalSources + "-" + set
+	return g.listed(LocalSources+"-"+set, "kiln-sources-"+set, b.Files, fmt.Sprintf("[%s] sources", b.Name))
+}
+
+// listed is a local source named name that holds exactly files of the
+// plan's root (SourceMounts), .dockerignore applied.
+func (g *Graph) listed(name, sharedKey string, files []string, vertex string) llb.State {
 	g.sourcesMu.Lock()
 	if g.sources == nil {
 		g.sources = map[string][]string{}
 	}
-	g.sources[name] = b.Files
+	g.sources[name] = files
 	g.sourcesMu.Unlock()
 	return llb.Local(name,
 		llb.ExcludePatterns(append(append([]string{}, ContextExcludes...), g.Excludes...)),
-		llb.SharedKeyHint("kiln-sources-"+set),
-		LocalID(g.Plan.Root+"\x00sources\x00"+set),
-		llb.WithCustomNamef("[%s] sources", b.Name))
+		llb.SharedKeyHint(sharedKey),
+		LocalID(g.Plan.Root+"\x00"+name),
+		llb.WithCustomName(vertex))
 }
 
-// SourceMounts are the local sources that Sources defined so far, by name:
-// each holds the listed files of the plan's root and nothing else.
+// SourceMounts are the local sources of listed files (Sources, the module
+// files) defined so far, by name: each holds its files of the plan's root
+// and nothing else.
 func (g *Graph) SourceMounts() map[string]fsutil.FS {
 	g.sourcesMu.Lock()
 	defer g.sourcesMu.Unlock()
@@ -524,14 +530,4 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(keys)
 	return keys
-}
-
-// escapePatterns quotes the pattern characters of literal file names.
-func escapePatterns(files []string) []string {
-	out := make([]string, len(files))
-	r := strings.NewReplacer(`\`, `\\`, `*`, `\*`, `?`, `\?`, `[`, `\[`)
-	for i, f := range files {
-		out[i] = r.Replace(f)
-	}
-	return out
 }
