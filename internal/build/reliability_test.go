@@ -181,7 +181,12 @@ func TestOneManagedDaemon(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(tree, ".env"), append([]byte("API_TOKEN="), secret...), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\n"+string(control)+"\n")
+		// The control rides in a file the build sends: a Go source. kiln sends
+		// only the files go reads (and those an image copies), so a README
+		// never reaches BuildKit at all.
+		testdaemon.AppendLine(t, filepath.Join(tree, "pkg", "version", "version.go"), "\n// "+string(control)+"\n")
+		unread := []byte("KILN_CANARY_UNREAD_" + strconv.Itoa(os.Getpid()))
+		testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\n"+string(unread)+"\n")
 
 		out, err := build.Images(context.Background(), build.Options{Root: tree, Platforms: "linux/amd64", Progress: "plain", OutDir: filepath.Join(tree, "_output")})
 		if err != nil {
@@ -192,6 +197,9 @@ func TestOneManagedDaemon(t *testing.T) {
 		}
 		if path, ok := testdaemon.GrepTree(m.Dir, secret); ok {
 			t.Errorf("the .dockerignore'd .env reached BuildKit: %s", path)
+		}
+		if path, ok := testdaemon.GrepTree(m.Dir, unread); ok {
+			t.Errorf("the README, which no build reads, reached BuildKit: %s", path)
 		}
 		for _, img := range out.Images {
 			data, _ := os.ReadFile(img.Path)
