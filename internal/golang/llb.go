@@ -19,11 +19,14 @@ import (
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
-// Local source names the solve must map to directories on the client.
+// Local source names the solve must map to directories on the client, but
+// for the listed ones (LocalSources, LocalModFiles), which SourceMounts
+// serves.
 const (
 	LocalContext = "context"
 	// LocalSources begins the name of each local source of Sources.
-	LocalSources   = "sources"
+	LocalSources = "sources"
+	// LocalModFiles holds the module files of the download step.
 	LocalModFiles  = "go-mod-files"
 	LocalToolchain = "go-toolchain"
 	LocalCACerts   = "ca-certificates"
@@ -105,7 +108,8 @@ type Graph struct {
 	// before any seeding, so that a seeded build finds the tool that an
 	// unseeded one built (or imported), and a snapshot never reaches it.
 	toolsGoCache string
-	// sources are the files of each local source Sources defined.
+	// sources are the files of each listed local source defined so far
+	// (Sources, the module files), by name.
 	sourcesMu sync.Mutex
 	sources   map[string][]string
 }
