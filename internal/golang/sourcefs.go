@@ -40,8 +40,24 @@ func newListedFS(root string, files []string) *listedFS {
 
 // walkOrder sorts paths as a walk of the tree visits them: by folder, then
 // by name, so "a/b" comes before "a-c" although '-' sorts before '/'.
+// It compares in place: the sources are sorted on every solve.
 func walkOrder(a, b string) int {
-	return strings.Compare(strings.ReplaceAll(a, "/", "\x00"), strings.ReplaceAll(b, "/", "\x00"))
+	for i := 0; i < len(a) && i < len(b); i++ {
+		if a[i] == b[i] {
+			continue
+		}
+		switch {
+		case a[i] == '/':
+			return -1
+		case b[i] == '/':
+			return 1
+		case a[i] < b[i]:
+			return -1
+		default:
+			return 1
+		}
+	}
+	return len(a) - len(b)
 }
 
 // Walk calls fn for each listed file and each folder above one, folders
