@@ -332,12 +332,20 @@ type Built struct {
 	Step llb.State
 }
 
-// SideBySide is how many platforms' go builds run at once. Each gets that
-// share of the CPUs as go build's -p, so together they run as many compiles
-// and links at once as one go build would, and peak memory stays that of
-// one; but where one platform's build waits on a single compile or link
-// (an edit), the other platform's runs on the other CPUs.
+// SideBySide is how many platforms' go builds run at once. Their compiles
+// and links take turns on the CPU tokens of CPUTokensCacheID, so together
+// they run as many at once as one go build would, and peak memory stays
+// that of one; but where one platform's build waits on a single compile or
+// link (an edit), the other platform's runs on the other CPUs, and the one
+// that finishes last has them all.
 const SideBySide = 2
+
+// CPUTokensCacheID is the cache mount of the CPU tokens that side-by-side go
+// builds share: one per daemon, so that builds running at once share it too.
+// It holds empty lock files only.
+const CPUTokensCacheID = "kiln-cpu-tokens"
+
+const cpuTokensDir = "/kiln/cpus"
 
 // BuildBinaries builds the binaries for one target platform the way a
 // developer does, in one go process: `go build -o DIR/ PKG...`. One process
@@ -410,7 +418,11 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 	for _, b := range bins {
 		names = append(names, ExecFile(b, target))
 	}
-	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), strconv.Itoa(side), "--", goroot + "/bin/go", "build"}
+	cpus := "-"
+	if side > 1 {
+		cpus = cpuTokensDir
+	}
+	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
 	if g.TraceCompiles {
 		args = append(args, "-x")
 	}
@@ -430,6 +442,9 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 		keep = llb.AddMount(keepDir, llb.Scratch(), llb.AsPersistentCacheDir(id, llb.CacheMountLocked))
 	}
 	extra := []llb.RunOption{llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly), keep}
+	if side > 1 {
+		extra = append(extra, llb.AddMount(cpuTokensDir, llb.Scratch(), llb.AsPersistentCacheDir(CPUTokensCacheID, llb.CacheMountShared)))
+	}
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}

@@ -139,9 +139,11 @@ func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
 		for _, m := range e.Mounts {
 			if m.MountType == pb.MountType_CACHE {
 				caches = append(caches, m.Dest+"="+m.CacheOpt.ID)
-				// The kept binaries are written by one go build at a time.
-				if want := pb.CacheSharingOpt_SHARED; m.Dest == "/root/.cache/go-build" && m.CacheOpt.Sharing != want ||
-					m.Dest != "/root/.cache/go-build" && m.CacheOpt.Sharing != pb.CacheSharingOpt_LOCKED {
+				// The kept binaries are written by one go build at a time;
+				// the CPU tokens are taken by all at once.
+				shared := m.Dest == "/root/.cache/go-build" || m.Dest == "/kiln/cpus"
+				if want := pb.CacheSharingOpt_SHARED; shared && m.CacheOpt.Sharing != want ||
+					!shared && m.CacheOpt.Sharing != pb.CacheSharingOpt_LOCKED {
 					t.Errorf("%s: cache %s is shared as %v", s.name, m.CacheOpt.ID, m.CacheOpt.Sharing)
 				}
 			}
@@ -152,7 +154,7 @@ func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
 			if arm := envValue(e.Meta.Env, "GOARM"); arm != "" {
 				target += "/v" + arm
 			}
-			want = append([]string{"/kiln/keep=" + p.Cache.GoCache + "-binaries-" + strings.ReplaceAll(target, "/", "-")}, want...)
+			want = append([]string{"/kiln/cpus=kiln-cpu-tokens", "/kiln/keep=" + p.Cache.GoCache + "-binaries-" + strings.ReplaceAll(target, "/", "-")}, want...)
 		}
 		if !slices.Equal(caches, want) {
 			t.Errorf("%s: cache mounts %v, want %v", s.name, caches, want)
@@ -290,8 +292,8 @@ func TestAnAssetPlatformBuildsOnlyTheBinariesShippedThere(t *testing.T) {
 	}
 }
 
-// Two platforms' go builds run side by side, each told so (it gives go -p
-// of half the CPUs); a third waits for the first.
+// Two platforms' go builds run side by side, each told so and given the
+// CPU tokens they share; a third waits for the first.
 func TestGoBuildsRunTwoSideBySide(t *testing.T) {
 	waits := map[string]bool{}
 	sides := map[string]string{}
@@ -300,7 +302,7 @@ func TestGoBuildsRunTwoSideBySide(t *testing.T) {
 		if e.Meta.Args[1] != "gobuild" {
 			continue
 		}
-		sides[s.name] = e.Meta.Args[5]
+		sides[s.name] = e.Meta.Args[5] + " " + e.Meta.Args[6]
 		for _, m := range e.Mounts {
 			waits[s.name] = waits[s.name] || m.Dest == "/kiln/after"
 		}
@@ -310,13 +312,22 @@ func TestGoBuildsRunTwoSideBySide(t *testing.T) {
 		t.Errorf("go builds that wait for another: %v, want %v", waits, want)
 	}
 	for name, side := range sides {
-		if side != "2" {
-			t.Errorf("%s is told %s go builds run side by side, want 2", name, side)
+		if side != "2 /kiln/cpus" {
+			t.Errorf("%s is told SIDE CPUS %q, want 2 go builds side by side sharing /kiln/cpus", name, side)
 		}
 	}
 	for _, s := range compileSteps(t, mustSteps(t, testPlan(t, "linux/amd64"))) {
-		if e := s.op.GetExec(); e.Meta.Args[1] == "gobuild" && e.Meta.Args[5] != "1" {
-			t.Errorf("a lone platform's %s is told %s go builds run side by side, want 1", s.name, e.Meta.Args[5])
+		e := s.op.GetExec()
+		if e.Meta.Args[1] != "gobuild" {
+			continue
+		}
+		if side := e.Meta.Args[5] + " " + e.Meta.Args[6]; side != "1 -" {
+			t.Errorf("a lone platform's %s is told SIDE CPUS %q, want 1 -", s.name, side)
+		}
+		for _, m := range e.Mounts {
+			if m.Dest == "/kiln/cpus" {
+				t.Errorf("a lone platform's %s mounts CPU tokens", s.name)
+			}
 		}
 	}
 }

@@ -6,12 +6,15 @@
 //
 //	kilnstep snapshot SPEC OUT  copies the entries the build's packages use
 //	kilnstep seed SRC GOCACHE   adds a verified snapshot's entries
-//	kilnstep gobuild KEEP OUT NAMES SIDE -- GO ARGS...
+//	kilnstep gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS...
 //	                            runs go build -o KEEP/ (it relinks only the
-//	                            binaries whose inputs changed) with 1/SIDE of
-//	                            the CPUs, SIDE being how many go builds run
-//	                            side by side, and copies NAMES
-//	                            (comma-separated) to OUT
+//	                            binaries whose inputs changed) and copies
+//	                            NAMES (comma-separated) to OUT; SIDE go
+//	                            builds run side by side, sharing the CPU
+//	                            tokens in the directory CPUS ("-" alone)
+//	kilnstep tool CPUS TOOL ARGS...
+//	                            go build's -toolexec: runs one of go's
+//	                            tools once it holds a CPU token of CPUS
 //
 // It uses the standard library only, so that it compiles quickly.
 package main
@@ -34,6 +37,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -55,15 +59,17 @@ func main() {
 		err = snapshot(os.Args[2], os.Args[3])
 	case len(os.Args) == 4 && os.Args[1] == "seed":
 		err = seed(os.Args[2], os.Args[3])
-	case len(os.Args) > 7 && os.Args[1] == "gobuild" && os.Args[6] == "--":
+	case len(os.Args) > 8 && os.Args[1] == "gobuild" && os.Args[7] == "--":
 		var side int
 		if side, err = strconv.Atoi(os.Args[5]); err == nil && side > 0 {
-			err = gobuild(os.Args[2], os.Args[3], strings.Split(os.Args[4], ","), withParallelism(os.Args[7:], side))
+			err = gobuild(os.Args[2], os.Args[3], strings.Split(os.Args[4], ","), withParallelism(os.Args[8:], side, os.Args[6]))
 		} else {
 			err = fmt.Errorf("gobuild: SIDE %q is not a positive number", os.Args[5])
 		}
+	case len(os.Args) > 3 && os.Args[1] == "tool":
+		err = runTool(os.Args[2], os.Args[3:])
 	default:
-		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE -- GO ARGS...")
+		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS... | tool CPUS TOOL ARGS...")
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
@@ -225,22 +231,80 @@ type keptFile struct {
 
 const keptRecord = ".kilnstep-kept.json"
 
-// withParallelism gives a go build that runs beside side-1 others -p of its
-// share of the CPUs, so that together they run as many compiles and links
-// at once as one go build would, unless GOFLAGS sets -p. The share is
-// computed here, in the step, so that the step's definition (its cache key)
-// is the same on any machine.
-func withParallelism(goArgs []string, side int) []string {
+// withParallelism lets a go build that runs beside side-1 others share the
+// CPUs with them, so that together they run as many compiles and links at
+// once as one go build would, and peak memory stays that of one: each runs
+// go's tools through kilnstep tool, which waits for one of the CPU tokens in
+// cpus. A go build that finishes first leaves its tokens to the others (an
+// even split of -p would leave its CPUs idle). When GOFLAGS sets -toolexec,
+// each gets -p of its share of the CPUs instead, unless GOFLAGS sets -p too.
+// Both are decided here, in the step, so that the step's definition (its
+// cache key) is the same on any machine; neither changes what go builds.
+func withParallelism(goArgs []string, side int, cpus string) []string {
 	if side <= 1 || len(goArgs) < 2 {
 		return goArgs
 	}
-	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
-		if f == "-p" || strings.HasPrefix(f, "-p=") {
-			return goArgs
+	flag := ""
+	if cpus != "-" {
+		self, err := os.Executable()
+		if err == nil {
+			flag = "-toolexec=" + self + " tool " + cpus
 		}
 	}
-	p := max(1, (runtime.GOMAXPROCS(0)+side-1)/side) // 3 CPUs: 2 and 2, none idle
-	return append(append(slices.Clone(goArgs[:2]), "-p="+strconv.Itoa(p)), goArgs[2:]...)
+	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+		if f == "-toolexec" || strings.HasPrefix(f, "-toolexec=") {
+			flag = ""
+		}
+	}
+	if flag == "" {
+		for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
+			if f == "-p" || strings.HasPrefix(f, "-p=") {
+				return goArgs
+			}
+		}
+		flag = "-p=" + strconv.Itoa(max(1, (runtime.GOMAXPROCS(0)+side-1)/side)) // 3 CPUs: 2 and 2, none idle
+	}
+	return append(append(slices.Clone(goArgs[:2]), flag), goArgs[2:]...)
+}
+
+// runTool runs one of go's tools (compile, asm, link) in place of this
+// process once it holds a CPU token: the lock on one of GOMAXPROCS files in
+// cpus, which it keeps across exec and the kernel drops when the tool
+// exits, however it exits. go asking a tool for its version runs at once.
+func runTool(cpus string, cmdline []string) error {
+	if !(len(cmdline) == 2 && cmdline[1] == "-V=full") {
+		if err := takeCPU(cpus); err != nil {
+			return err
+		}
+	}
+	return syscall.Exec(cmdline[0], cmdline, os.Environ())
+}
+
+func takeCPU(cpus string) error {
+	fds := make([]int, runtime.GOMAXPROCS(0))
+	for i := range fds {
+		// Without O_CLOEXEC: the held token must outlive exec.
+		fd, err := syscall.Open(filepath.Join(cpus, strconv.Itoa(i)), syscall.O_RDWR|syscall.O_CREAT, 0o644)
+		if err != nil {
+			return fmt.Errorf("CPU token %s: %w", filepath.Join(cpus, strconv.Itoa(i)), err)
+		}
+		fds[i] = fd
+	}
+	// A tool that waits polls: the tokens of go builds in other containers
+	// share no wait queue but the files' locks.
+	for wait := time.Millisecond; ; wait = min(2*wait, 8*time.Millisecond) {
+		for i, fd := range fds {
+			if syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB) == nil {
+				for j, other := range fds {
+					if j != i {
+						syscall.Close(other)
+					}
+				}
+				return nil
+			}
+		}
+		time.Sleep(wait)
+	}
 }
 
 // gobuild runs the go command, whose -o is KEEP/, and copies the named

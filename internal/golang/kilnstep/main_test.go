@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -91,17 +94,152 @@ func TestBlankedBuildIDsMakeDeadCodeInvisible(t *testing.T) {
 
 func TestGoBuildsSideBySideShareTheCPUs(t *testing.T) {
 	args := []string{"/usr/local/go/bin/go", "build", "-trimpath", "-o", "/kiln/keep/", "./cmd/a"}
-	t.Setenv("GOFLAGS", "-mod=vendor")
-	if got := withParallelism(args, 1); !slices.Equal(got, args) {
-		t.Errorf("alone: %v, want the arguments unchanged", got)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
 	}
-	want := fmt.Sprintf("-p=%d", (runtime.GOMAXPROCS(0)+1)/2)
-	if got := withParallelism(args, 2); len(got) != len(args)+1 || got[2] != want || !slices.Equal(got[3:], args[2:]) {
-		t.Errorf("side by side: %v, want %s after build", got, want)
+	split := fmt.Sprintf("-p=%d", (runtime.GOMAXPROCS(0)+1)/2)
+	for _, c := range []struct {
+		goflags string
+		side    int
+		cpus    string
+		want    string // the flag after build; "" leaves the arguments unchanged
+	}{
+		{"-mod=vendor", 1, "-", ""},
+		{"-mod=vendor", 2, "/kiln/cpus", "-toolexec=" + self + " tool /kiln/cpus"},
+		{"-mod=vendor", 2, "-", split},
+		{"-mod=vendor -toolexec=strace", 2, "/kiln/cpus", split},
+		{"-mod=vendor -p=3", 2, "-", ""},
+		{"-toolexec=strace -p=3", 2, "/kiln/cpus", ""},
+	} {
+		t.Setenv("GOFLAGS", c.goflags)
+		got := withParallelism(args, c.side, c.cpus)
+		want := args
+		if c.want != "" {
+			want = append(append(slices.Clone(args[:2]), c.want), args[2:]...)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("GOFLAGS=%q, %d side by side, CPUS %s: %q, want %q", c.goflags, c.side, c.cpus, got, want)
+		}
 	}
-	t.Setenv("GOFLAGS", "-mod=vendor -p=3")
-	if got := withParallelism(args, 2); !slices.Equal(got, args) {
-		t.Errorf("with -p in GOFLAGS: %v, want the arguments unchanged", got)
+}
+
+// Tools run through kilnstep tool take turns on GOMAXPROCS tokens: no more
+// run at once, go asking for a version never waits, and a token comes back
+// when its tool dies.
+func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds kilnstep")
+	}
+	dir := t.TempDir()
+	kilnstep := filepath.Join(dir, "kilnstep")
+	if out, err := exec.Command("go", "build", "-o", kilnstep, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build kilnstep: %v\n%s", err, out)
+	}
+	cpus, logs := filepath.Join(dir, "cpus"), filepath.Join(dir, "logs")
+	for _, d := range []string{cpus, logs} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The tool logs when it starts and ends; -V=full ends at once, and
+	// a third argument makes it sleep in its own place, as a holder that
+	// can be killed.
+	tool := filepath.Join(dir, "tool")
+	script := "#!/bin/sh\n[ \"$1\" = -V=full ] && exit 0\necho start $(date +%s%N) >> " + logs + "/$1\n[ -n \"$3\" ] && exec sleep $2\nsleep ${2:-0.3}\necho end $(date +%s%N) >> " + logs + "/$1\n"
+	if err := os.WriteFile(tool, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(kilnstep, append([]string{"tool", cpus, tool}, args...)...)
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+
+	var cmds []*exec.Cmd
+	for i := range 6 {
+		cmds = append(cmds, run(strconv.Itoa(i)))
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type event struct {
+		at    int64
+		delta int
+	}
+	var events []event
+	for i := range 6 {
+		dt, err := os.ReadFile(filepath.Join(logs, strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(dt)), "\n") {
+			kind, at, _ := strings.Cut(line, " ")
+			n, err := strconv.ParseInt(at, 10, 64)
+			if err != nil {
+				t.Fatalf("tool %d logged %q", i, line)
+			}
+			events = append(events, event{n, map[string]int{"start": 1, "end": -1}[kind]})
+		}
+	}
+	slices.SortFunc(events, func(a, b event) int { return cmp.Compare(a.at, b.at)*2 + cmp.Compare(a.delta, b.delta) })
+	running, most := 0, 0
+	for _, e := range events {
+		running += e.delta
+		most = max(most, running)
+	}
+	if len(events) != 12 || most != 2 {
+		t.Errorf("%d events, at most %d tools at once; want 12 and 2 (the tokens)", len(events), most)
+	}
+
+	// Both tokens held, by tools that outlive the test's patience: a
+	// version question runs, a third tool waits, and gets a token when one
+	// of them is killed.
+	holders := []*exec.Cmd{run("h1", "60", "exec"), run("h2", "60", "exec")}
+	defer func() {
+		for _, h := range holders {
+			h.Process.Kill()
+			h.Wait()
+		}
+	}()
+	waitFor := func(name string) bool {
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if _, err := os.Stat(filepath.Join(logs, name)); err == nil {
+				return true
+			}
+		}
+		return false
+	}
+	if !waitFor("h1") || !waitFor("h2") {
+		t.Fatal("the two holders did not start")
+	}
+	version := run("-V=full")
+	done := make(chan error, 1)
+	go func() { done <- version.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("-V=full: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("-V=full waited for a token")
+	}
+	third := run("third", "0")
+	time.Sleep(300 * time.Millisecond)
+	if _, err := os.Stat(filepath.Join(logs, "third")); err == nil {
+		t.Fatal("a third tool ran while both tokens were held")
+	}
+	holders[0].Process.Kill()
+	if !waitFor("third") {
+		t.Error("the token of a killed tool did not come back")
+	}
+	if err := third.Wait(); err != nil {
+		t.Error(err)
 	}
 }
 
