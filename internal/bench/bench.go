@@ -32,8 +32,9 @@ type Options struct {
 	// Build selects what is built: this repository, or another module
 	// through Build.Module and Build.Packages.
 	Build build.Options
-	// Runs is how often warm and incremental scenarios run (default 3);
-	// cold scenarios run once.
+	// Runs is how often each scenario runs (default 3), but for the
+	// fresh-daemon ones and the cgo experiment's, which run once. Native
+	// cold and kiln cold take turns.
 	Runs int
 	// Out is where the reports go; <kiln>/_output/bench by default.
 	Out string
@@ -131,13 +132,14 @@ func (r *Report) Scenario(name string) *Scenario {
 	return nil
 }
 
-// Scenario names, in the order they run.
+// Scenario names, in the order they run (native cold and kiln cold take
+// turns).
 const (
 	NativeCold       = "native cold"
+	KilnCold         = "kiln cold"
 	NativeWarm       = "native warm no-op"
 	NativeOneBinary  = "native incremental, one binary"
 	NativeShared     = "native incremental, shared"
-	KilnCold         = "kiln cold"
 	KilnColdMounts   = "kiln cold, Go caches kept"
 	KilnWarm         = "kiln warm no-op"
 	KilnOneBinary    = "kiln incremental, one binary"
@@ -247,8 +249,8 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 	}
 
 	scenarios := []func(context.Context) error{
-		r.nativeCold, r.nativeWarm, r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), r.nativeIncremental(NativeShared, r.report.SharedEdit),
-		r.kilnCold(KilnCold, true), r.kilnCold(KilnColdMounts, false), r.kilnWarm,
+		r.cold, r.nativeWarm, r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), r.nativeIncremental(NativeShared, r.report.SharedEdit),
+		r.kilnCachesKept, r.kilnWarm,
 		r.kilnIncremental(KilnOneBinary, r.report.OneBinaryEdit), r.kilnIncremental(KilnShared, r.report.SharedEdit),
 		r.freshDaemon(KilnFreshLayers, false), r.freshDaemon(KilnFreshSnapshot, true),
 		r.cgo,
@@ -375,34 +377,62 @@ func (r *runner) nativeBuild(ctx context.Context, gocache string) (sample, error
 	return total, nil
 }
 
-func (r *runner) nativeGoCache() (string, error) {
-	return os.MkdirTemp("", "kiln-bench-gocache-")
-}
-
-func (r *runner) nativeCold(ctx context.Context) error {
-	dir, err := r.nativeGoCache()
-	if err != nil {
-		return err
-	}
-	r.nativeCache = dir
-	// Cold means modules too: kiln's cold build starts from empty cache
-	// mounts and downloads them, so the native one downloads them as well.
-	if len(r.plan.Modules) > 0 {
-		if r.nativeModCache, err = os.MkdirTemp("", "kiln-bench-gomodcache-"); err != nil {
+// cold runs native cold and kiln cold -runs times, taking turns, so that
+// the machine's drift over the minutes they take (10-25% within an hour
+// was seen on a 2-core machine) weighs on both alike, and a single slow
+// sample does not make either figure.
+func (r *runner) cold(ctx context.Context) error {
+	var native, kiln []sample
+	var steps buildkit.Steps
+	for i := 1; i <= r.opts.Runs; i++ {
+		r.progress(NativeCold, i, r.opts.Runs)
+		s, err := r.nativeColdRun(ctx)
+		if err != nil {
 			return err
 		}
+		native = append(native, s)
+		r.progress(KilnCold, i, r.opts.Runs)
+		s, st, err := r.kilnPrunedBuild(ctx, true)
+		if err != nil {
+			return err
+		}
+		kiln, steps = append(kiln, s), st
 	}
-	r.progress(NativeCold, 1, 1)
-	s, err := r.nativeBuild(ctx, dir)
-	if err != nil {
-		return err
-	}
-	desc := "go build on the host, empty GOCACHE"
+	desc := "go build on the host, empty GOCACHE and output folder"
 	if r.nativeModCache != "" {
-		desc += " and GOMODCACHE"
+		desc = "go build on the host, empty GOCACHE, GOMODCACHE and output folder"
 	}
-	r.add(Scenario{Name: NativeCold, Kind: "native", Description: desc, GoCache: dirSize(dir)}, []sample{s})
+	r.add(Scenario{Name: NativeCold, Kind: "native", Description: desc, GoCache: dirSize(r.nativeCache)}, native)
+	sc := Scenario{Name: KilnCold, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts (a new machine)", Baseline: NativeCold}
+	r.describe(&sc, steps)
+	r.add(sc, kiln)
 	return nil
+}
+
+// nativeColdRun builds natively from an empty GOCACHE and output folder,
+// and an empty GOMODCACHE when there are modules to download: kiln's cold
+// build starts from empty cache mounts and downloads them, so the native
+// one downloads them as well. The native scenarios after it use what the
+// last run filled.
+func (r *runner) nativeColdRun(ctx context.Context) (sample, error) {
+	for _, dir := range []string{r.nativeCache, r.nativeModCache, r.nativeOut} {
+		if dir != "" {
+			if err := os.RemoveAll(dir); err != nil { // GOMODCACHE is written with -modcacherw
+				return sample{}, err
+			}
+		}
+	}
+	r.nativeCache, r.nativeModCache, r.nativeOut = "", "", ""
+	var err error
+	if r.nativeCache, err = os.MkdirTemp("", "kiln-bench-gocache-"); err != nil {
+		return sample{}, err
+	}
+	if len(r.plan.Modules) > 0 {
+		if r.nativeModCache, err = os.MkdirTemp("", "kiln-bench-gomodcache-"); err != nil {
+			return sample{}, err
+		}
+	}
+	return r.nativeBuild(ctx, r.nativeCache)
 }
 
 func (r *runner) nativeWarm(ctx context.Context) error {
@@ -524,39 +554,36 @@ func (r *runner) prune(ctx context.Context, cacheMounts bool) error {
 	return r.daemon.Prune(ctx, nil, client.PruneAll)
 }
 
-func (r *runner) kilnCold(name string, dropCacheMounts bool) func(context.Context) error {
-	return func(ctx context.Context) error {
-		// A cold build runs once. With the Go caches kept, a build takes
-		// about as long as native's warm no-op, its baseline, which is the
-		// median of -runs: one sample of a sub-second figure would be noise.
-		runs := 1
-		if !dropCacheMounts {
-			runs = r.opts.Runs
-		}
-		var samples []sample
-		var steps buildkit.Steps
-		for i := 1; i <= runs; i++ {
-			r.progress(name, i, runs)
-			if err := r.prune(ctx, dropCacheMounts); err != nil {
-				return fmt.Errorf("prune before %s: %w", name, err)
-			}
-			// The binaries written before are up to date; time the build anyway.
-			opts := r.opts.Build
-			opts.Rebuild = true
-			s, st, err := r.kilnBuildWith(ctx, opts)
-			if err != nil {
-				return err
-			}
-			samples, steps = append(samples, s), st
-		}
-		sc := Scenario{Name: name, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts (a new machine)", Baseline: NativeCold}
-		if !dropCacheMounts {
-			sc.Description, sc.Baseline = "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", NativeWarm
-		}
-		r.describe(&sc, steps)
-		r.add(sc, samples)
-		return nil
+// kilnPrunedBuild prunes the daemon, every record or what `mage
+// buildkit:prune` does not keep, and times a build.
+func (r *runner) kilnPrunedBuild(ctx context.Context, all bool) (sample, buildkit.Steps, error) {
+	if err := r.prune(ctx, all); err != nil {
+		return sample{}, nil, fmt.Errorf("prune: %w", err)
 	}
+	// The binaries written before are up to date; time the build anyway.
+	opts := r.opts.Build
+	opts.Rebuild = true
+	return r.kilnBuildWith(ctx, opts)
+}
+
+// kilnCachesKept times builds after `mage buildkit:prune`, each after a
+// prune of its own. Such a build takes about as long as native's warm
+// no-op, its baseline.
+func (r *runner) kilnCachesKept(ctx context.Context) error {
+	var samples []sample
+	var steps buildkit.Steps
+	for i := 1; i <= r.opts.Runs; i++ {
+		r.progress(KilnColdMounts, i, r.opts.Runs)
+		s, st, err := r.kilnPrunedBuild(ctx, false)
+		if err != nil {
+			return err
+		}
+		samples, steps = append(samples, s), st
+	}
+	sc := Scenario{Name: KilnColdMounts, Kind: "kiln", Description: "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", Baseline: NativeWarm}
+	r.describe(&sc, steps)
+	r.add(sc, samples)
+	return nil
 }
 
 func (r *runner) kilnWarm(ctx context.Context) error {
@@ -617,7 +644,7 @@ func (r *runner) cgo(ctx context.Context) error {
 	host := "linux/" + runtime.GOARCH
 	run := func(name string, split bool) (sample, error) {
 		r.progress(name, 1, 1)
-		dir, err := r.nativeGoCache()
+		dir, err := os.MkdirTemp("", "kiln-bench-gocache-")
 		if err != nil {
 			return sample{}, err
 		}
