@@ -251,20 +251,50 @@ func withParallelism(goArgs []string, side int, cpus string) []string {
 			flag = "-toolexec=" + self + " tool " + cpus
 		}
 	}
-	for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
-		if f == "-toolexec" || strings.HasPrefix(f, "-toolexec=") {
-			flag = ""
-		}
+	if goflagsSet("toolexec") {
+		flag = ""
 	}
 	if flag == "" {
-		for _, f := range strings.Fields(os.Getenv("GOFLAGS")) {
-			if f == "-p" || strings.HasPrefix(f, "-p=") {
-				return goArgs
-			}
+		if goflagsSet("p") {
+			return goArgs
 		}
 		flag = "-p=" + strconv.Itoa(max(1, (runtime.GOMAXPROCS(0)+side-1)/side)) // 3 CPUs: 2 and 2, none idle
 	}
 	return append(append(slices.Clone(goArgs[:2]), flag), goArgs[2:]...)
+}
+
+// goflagsSet says whether GOFLAGS sets the flag, split as go splits it:
+// by spaces outside quotes, with one or two dashes.
+func goflagsSet(name string) bool {
+	var fields []string
+	field, quote, in := "", byte(0), false
+	for _, c := range []byte(os.Getenv("GOFLAGS")) {
+		switch {
+		case quote != 0 && c == quote:
+			quote = 0
+		case quote != 0:
+			field += string(c)
+		case c == '\'' || c == '"':
+			quote, in = c, true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			if in {
+				fields = append(fields, field)
+			}
+			field, in = "", false
+		default:
+			field, in = field+string(c), true
+		}
+	}
+	if in {
+		fields = append(fields, field)
+	}
+	for _, f := range fields {
+		f = strings.TrimPrefix(strings.TrimPrefix(f, "-"), "-")
+		if f == name || strings.HasPrefix(f, name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // runTool runs one of go's tools (compile, asm, link) in place of this
@@ -272,39 +302,80 @@ func withParallelism(goArgs []string, side int, cpus string) []string {
 // cpus, which it keeps across exec and the kernel drops when the tool
 // exits, however it exits. go asking a tool for its version runs at once.
 func runTool(cpus string, cmdline []string) error {
+	tool := cmdline[0]
+	if !strings.Contains(tool, "/") {
+		path, err := exec.LookPath(tool)
+		if err != nil {
+			return err
+		}
+		tool = path
+	}
 	if !(len(cmdline) == 2 && cmdline[1] == "-V=full") {
-		if err := takeCPU(cpus); err != nil {
+		if err := takeCPU(cpus, tokenWait); err != nil {
 			return err
 		}
 	}
-	return syscall.Exec(cmdline[0], cmdline, os.Environ())
+	if err := syscall.Exec(tool, cmdline, os.Environ()); err != nil {
+		return fmt.Errorf("run %s: %w", cmdline[0], err)
+	}
+	return nil
 }
 
-func takeCPU(cpus string) error {
-	fds := make([]int, runtime.GOMAXPROCS(0))
+// tokenWait is how long a tool waits for a CPU token before it runs
+// without one: a token is held by one compile or link, which ends, unless
+// another build on the daemon holds the locks and never lets go.
+const tokenWait = 5 * time.Minute
+
+func takeCPU(cpus string, patience time.Duration) error {
+	n := runtime.GOMAXPROCS(0)
+	fds := make([]int, n)
 	for i := range fds {
-		// Without O_CLOEXEC: the held token must outlive exec.
-		fd, err := syscall.Open(filepath.Join(cpus, strconv.Itoa(i)), syscall.O_RDWR|syscall.O_CREAT, 0o644)
+		// Without O_CLOEXEC: the held token must outlive exec. A lock
+		// needs no write access; a planted link is not followed.
+		name := filepath.Join(cpus, strconv.Itoa(i))
+		fd, err := syscall.Open(name, syscall.O_RDONLY|syscall.O_CREAT|syscall.O_NOFOLLOW, 0o644)
+		var st syscall.Stat_t
+		if err == nil {
+			if err = syscall.Fstat(fd, &st); err == nil && st.Mode&syscall.S_IFMT != syscall.S_IFREG {
+				err = errors.New("not a regular file")
+			}
+		}
 		if err != nil {
-			return fmt.Errorf("CPU token %s: %w", filepath.Join(cpus, strconv.Itoa(i)), err)
+			return fmt.Errorf("CPU token %s: %w", name, err)
 		}
 		fds[i] = fd
 	}
-	// A tool that waits polls: the tokens of go builds in other containers
-	// share no wait queue but the files' locks.
-	for wait := time.Millisecond; ; wait = min(2*wait, 8*time.Millisecond) {
-		for i, fd := range fds {
-			if syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB) == nil {
-				for j, other := range fds {
-					if j != i {
-						syscall.Close(other)
-					}
-				}
+	keep := func(held int) {
+		for _, fd := range fds {
+			if fd != held {
+				syscall.Close(fd)
+			}
+		}
+	}
+	// A tool that waits polls, starting where its process id points so
+	// that waiters spread over the tokens: the go builds run in other
+	// containers and share no wait queue but the files' locks.
+	first := os.Getpid() % n
+	deadline := time.Now().Add(patience)
+	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 8*time.Millisecond) {
+		for k := range n {
+			fd := fds[(first+k)%n]
+			err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+			switch err {
+			case nil:
+				keep(fd)
 				return nil
+			case syscall.EWOULDBLOCK, syscall.EINTR:
+			default:
+				keep(-1)
+				return fmt.Errorf("CPU token %s: %w", filepath.Join(cpus, strconv.Itoa((first+k)%n)), err)
 			}
 		}
 		time.Sleep(wait)
 	}
+	keep(-1)
+	fmt.Fprintf(os.Stderr, "kilnstep: no CPU token in %s came free in %s; running without one\n", cpus, patience)
+	return nil
 }
 
 // gobuild runs the go command, whose -o is KEEP/, and copies the named

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -111,6 +112,9 @@ func TestGoBuildsSideBySideShareTheCPUs(t *testing.T) {
 		{"-mod=vendor -toolexec=strace", 2, "/kiln/cpus", split},
 		{"-mod=vendor -p=3", 2, "-", ""},
 		{"-toolexec=strace -p=3", 2, "/kiln/cpus", ""},
+		{"--toolexec=strace", 2, "/kiln/cpus", split},
+		{"--toolexec strace --p 3", 2, "/kiln/cpus", ""},
+		{"'-ldflags=-X a=b -p=3 -toolexec=x' -mod=vendor", 2, "/kiln/cpus", "-toolexec=" + self + " tool /kiln/cpus"},
 	} {
 		t.Setenv("GOFLAGS", c.goflags)
 		got := withParallelism(args, c.side, c.cpus)
@@ -137,6 +141,9 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 		t.Fatalf("go build kilnstep: %v\n%s", err, out)
 	}
 	cpus, logs := filepath.Join(dir, "cpus"), filepath.Join(dir, "logs")
+	t.Run("go builds the same through it", func(t *testing.T) {
+		identical(t, kilnstep)
+	})
 	for _, d := range []string{cpus, logs} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -243,6 +250,46 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 	}
 }
 
+// A tool waits for a token no longer than it is told, and tokens that are
+// not plain files (planted by another build on the daemon) are refused.
+func TestCPUTokensThatNeverComeOrAreNotFiles(t *testing.T) {
+	cpus := t.TempDir()
+	t.Setenv("GOMAXPROCS", "2")
+	runtime.GOMAXPROCS(2)
+	for i := range 2 {
+		f, err := os.Create(filepath.Join(cpus, strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	if err := takeCPU(cpus, 100*time.Millisecond); err != nil {
+		t.Errorf("a tool whose tokens never came: %v, want it to run without one", err)
+	}
+	if waited := time.Since(start); waited < 100*time.Millisecond {
+		t.Errorf("the tool waited %s while both tokens were held", waited)
+	}
+
+	planted := t.TempDir()
+	if err := os.Mkdir(filepath.Join(planted, "0"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(t.TempDir(), "target"), filepath.Join(planted, "1")); err != nil {
+		t.Fatal(err)
+	}
+	if err := takeCPU(planted, time.Second); err == nil || !strings.Contains(err.Error(), filepath.Join(planted, "0")) {
+		t.Errorf("a directory as token 0: %v, want an error naming it", err)
+	}
+	os.Remove(filepath.Join(planted, "0"))
+	if err := takeCPU(planted, time.Second); err == nil || !strings.Contains(err.Error(), filepath.Join(planted, "1")) {
+		t.Errorf("a symbolic link as token 1: %v, want an error naming it", err)
+	}
+}
+
 // A binary go finds up to date leaves the step with the time of its link,
 // though go touched it; a relinked one with the time of its new link.
 func TestABinaryGoDidNotRelinkKeepsItsLinkTime(t *testing.T) {
@@ -291,5 +338,51 @@ func TestABinaryGoDidNotRelinkKeepsItsLinkTime(t *testing.T) {
 				t.Error("a relinked binary kept the time of the link before")
 			}
 		})
+	}
+}
+
+// identical builds a program through kilnstep tool, then without it on the
+// same Go cache: go finds every package it compiled (the same cache keys)
+// and links the same bytes.
+func identical(t *testing.T, kilnstep string) {
+	src, cpus := t.TempDir(), t.TempDir()
+	files := map[string]string{
+		"go.mod":     "module same\n\ngo 1.26\n",
+		"main.go":    "package main\n\nimport (\n\t\"fmt\"\n\t\"same/lib\"\n)\n\nfunc main() { fmt.Println(lib.Name) }\n",
+		"lib/lib.go": "package lib\n\nconst Name = \"same\"\n\nfunc Add(a, b int) int\n",
+		"lib/add.s":  "#include \"textflag.h\"\n\nTEXT ·Add(SB),NOSPLIT,$0-24\n\tMOVQ a+0(FP), AX\n\tADDQ b+8(FP), AX\n\tMOVQ AX, ret+16(FP)\n\tRET\n",
+	}
+	for name, data := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(src, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := func(out string, args ...string) string {
+		cmd := exec.Command("go", append(append([]string{"build", "-x", "-trimpath"}, args...), "-o", out, ".")...)
+		cmd.Dir = src
+		cmd.Env = append(os.Environ(), "GOCACHE="+filepath.Join(src, ".cache"), "CGO_ENABLED=0", "GOARCH=amd64", "GOFLAGS=")
+		trace, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go build %v: %v\n%s", args, err, trace)
+		}
+		return string(trace)
+	}
+	through := build(filepath.Join(src, "through"), "-toolexec="+kilnstep+" tool "+cpus)
+	if !strings.Contains(through, kilnstep+" tool "+cpus+" ") || !strings.Contains(through, "/asm ") {
+		t.Fatalf("go build did not run its compiles and assembly through kilnstep:\n%s", through)
+	}
+	plain := build(filepath.Join(src, "plain"))
+	for _, line := range strings.Split(plain, "\n") {
+		if strings.Contains(line, "/compile ") || strings.Contains(line, "/asm ") {
+			t.Errorf("without kilnstep, go compiled again (other cache keys): %s", line)
+		}
+	}
+	a, _ := os.ReadFile(filepath.Join(src, "through"))
+	b, _ := os.ReadFile(filepath.Join(src, "plain"))
+	if len(a) == 0 || !bytes.Equal(a, b) {
+		t.Errorf("the binaries differ (%d and %d bytes)", len(a), len(b))
 	}
 }
