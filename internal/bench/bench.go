@@ -570,34 +570,27 @@ func (r *runner) kilnPrunedBuild(ctx context.Context, all bool) (sample, buildki
 // prune of its own. Such a build takes about as long as native's warm
 // no-op, its baseline.
 func (r *runner) kilnCachesKept(ctx context.Context) error {
-	var samples []sample
-	var steps buildkit.Steps
-	for i := 1; i <= r.opts.Runs; i++ {
-		r.progress(KilnColdMounts, i, r.opts.Runs)
-		s, st, err := r.kilnPrunedBuild(ctx, false)
-		if err != nil {
-			return err
-		}
-		samples, steps = append(samples, s), st
-	}
 	sc := Scenario{Name: KilnColdMounts, Kind: "kiln", Description: "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", Baseline: NativeWarm}
-	r.describe(&sc, steps)
-	r.add(sc, samples)
-	return nil
+	return r.kilnRuns(ctx, sc, func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, false) })
 }
 
 func (r *runner) kilnWarm(ctx context.Context) error {
+	sc := Scenario{Name: KilnWarm, Kind: "kiln", Description: "nothing changed", Baseline: NativeWarm}
+	return r.kilnRuns(ctx, sc, r.kilnBuild)
+}
+
+// kilnRuns times build -runs times and reports the scenario.
+func (r *runner) kilnRuns(ctx context.Context, sc Scenario, build func(context.Context) (sample, buildkit.Steps, error)) error {
 	var samples []sample
 	var steps buildkit.Steps
 	for i := 1; i <= r.opts.Runs; i++ {
-		r.progress(KilnWarm, i, r.opts.Runs)
-		s, st, err := r.kilnBuild(ctx)
+		r.progress(sc.Name, i, r.opts.Runs)
+		s, st, err := build(ctx)
 		if err != nil {
 			return err
 		}
 		samples, steps = append(samples, s), st
 	}
-	sc := Scenario{Name: KilnWarm, Kind: "kiln", Description: "nothing changed", Baseline: NativeWarm}
 	r.describe(&sc, steps)
 	r.add(sc, samples)
 	return nil
