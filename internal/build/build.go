@@ -360,6 +360,12 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
 		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
 	}
+	if !opts.Release {
+		if err := s.useKeptStepTool(ctx, cache); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	if goCacheFrom != "" {
 		s.seedGoCache(ctx, goCacheFrom, cache)
 	}

@@ -87,8 +87,6 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		if out.GoCache == nil || len(out.GoCache.Refs) != 2 || !out.GoCache.Signed {
 			t.Fatalf("no signed snapshot published: %+v", out.GoCache)
 		}
-		// The standard library was compiled already, by the step that
-		// builds kiln's step tool on the same Go cache.
 		if got := compiled(progress); !slices.Contains(got, "example.com/snap/x") || !slices.Contains(got, "example.com/snap/y") {
 			t.Fatalf("the cold build on A did not compile the module's packages? compiled %v", got)
 		}
@@ -121,10 +119,24 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 	var clean []byte
 	t.Run("fresh daemon B checks the signature and compiles only the edited package", func(t *testing.T) {
 		testdaemon.Buildkit(t)
+		realCache, _ := buildkit.CacheDir()
 		freshKilnCache(t) // no snapshot fetched before
 		o := opts
 		o.GoCacheFrom, o.GoCacheKey = repo, pub
 		out, progress := run(t, o)
+		// B built kilnstep from nothing; the machine's was built by A or
+		// by an earlier daemon.
+		cache, _ := buildkit.CacheDir()
+		for _, built := range keptStepTools(t, cache) {
+			mine, _ := os.ReadFile(built)
+			theirs, err := os.ReadFile(filepath.Join(realCache, "kilnstep", filepath.Base(filepath.Dir(built)), "kilnstep"))
+			if err != nil || !bytes.Equal(mine, theirs) {
+				t.Errorf("kilnstep built on a fresh daemon differs from the one kept before (%v)", err)
+			}
+		}
+		if len(keptStepTools(t, cache)) != 1 {
+			t.Errorf("the build on B kept %v, want one kilnstep", keptStepTools(t, cache))
+		}
 		clean, _ = os.ReadFile(filepath.Join(out.Dir, "linux_amd64", "a"))
 		if got := compiled(progress); !slices.Equal(got, []string{"example.com/snap/x", "main"}) {
 			t.Errorf("daemon B compiled %v; want example.com/snap/x and its main package only", got)

@@ -108,6 +108,8 @@ type Graph struct {
 	// before any seeding, so that a seeded build finds the tool that an
 	// unseeded one built (or imported), and a snapshot never reaches it.
 	toolsGoCache string
+	// tool, when set, is kilnstep sent from the client (UseStepTool).
+	tool *llb.State
 	// sources are the files of each listed local source defined so far
 	// (Sources, the module files), by name.
 	sourcesMu sync.Mutex

@@ -1,13 +1,17 @@
 package golang
 
 import (
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 
 	"github.com/moby/buildkit/client/llb"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -17,14 +21,53 @@ const LocalGoCacheSnapshot = "gocache-snapshot"
 //go:embed kilnstep/main.go
 var kilnstepSource []byte
 
-// stepTool builds kilnstep for the build platform with the pinned
+// LocalStepTool is the local source of a kilnstep binary kiln built
+// before and keeps on the client (UseStepTool).
+const LocalStepTool = "kiln-step-tool"
+
+// StepToolKey names a kilnstep binary by everything its bytes depend on:
+// its source, the pinned toolchain and the platform it runs on. Its build
+// is reproducible, so the same key is the same bytes on every machine.
+func StepToolKey(tc plan.Toolchain, build ocispec.Platform) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "kilnstep\x00%s\x00%s\x00", tc.SHA256, config.FormatPlatform(build))
+	h.Write(kilnstepSource)
+	return hex.EncodeToString(h.Sum(nil))[:32]
+}
+
+// UseStepTool makes every step take kilnstep from dir on the client (the
+// file StepToolFile there, a BuildStepTool export) rather than build it.
+// Building it puts the standard library's compile, one package at a time
+// at its start, before every go build; sent, it costs a 3 MB transfer, and
+// the go builds start as soon as the toolchain is unpacked. Steps that use
+// it are keyed on its content, which is the same on every machine.
+func (g *Graph) UseStepTool(dir string) {
+	st := llb.Local(LocalStepTool, LocalID(dir),
+		llb.IncludePatterns([]string{StepToolFile}),
+		llb.SharedKeyHint(LocalStepTool),
+		llb.WithCustomName("[go] kilnstep"))
+	g.tool = &st
+}
+
+// StepToolFile is the file name of kilnstep in BuildStepTool's output.
+const StepToolFile = "kilnstep"
+
+// stepTool is kilnstep as the steps mount it at /kiln/bin.
+func (g *Graph) stepTool() llb.State {
+	if g.tool != nil {
+		return *g.tool
+	}
+	return g.BuildStepTool()
+}
+
+// BuildStepTool builds kilnstep for the build platform with the pinned
 // toolchain. It shares the build's GOCACHE (as it was before any seeding),
 // whose standard library packages the binaries need as well, and writes to
 // buildkit.ToolsDir, so buildkit:prune keeps it.
-func (g *Graph) stepTool() llb.State {
+func (g *Graph) BuildStepTool() llb.State {
 	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, kilnstepSource), llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
-		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/kilnstep", "main.go"}),
+		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/" + StepToolFile, "main.go"}),
 		llb.Dir(srcDir),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),

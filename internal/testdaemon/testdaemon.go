@@ -179,8 +179,9 @@ func startBuildkit(t *testing.T, extra string) (*buildkit.Daemon, func()) {
 
 // ManagedCache gives the test its own kiln cache dir (KILN_CACHE_DIR), so
 // that builds start and use a managed daemon of their own, exactly as
-// `mage images` does with BUILDKIT_HOST unset. The buildkitd binary and the
-// toolchain are linked from the real cache instead of being built again.
+// `mage images` does with BUILDKIT_HOST unset. The buildkitd binary, the
+// toolchain and kilnstep are linked from the real cache instead of being
+// built again.
 // The daemon is stopped at the end.
 func ManagedCache(t *testing.T) *buildkit.Managed {
 	t.Helper()
@@ -204,7 +205,7 @@ func ManagedCache(t *testing.T) *buildkit.Managed {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, sub := range []string{"bin", "toolchain"} {
+	for _, sub := range []string{"bin", "toolchain", "kilnstep"} {
 		if _, err := os.Stat(filepath.Join(realCache, sub)); err == nil {
 			if err := os.Symlink(filepath.Join(realCache, sub), filepath.Join(dir, sub)); err != nil {
 				t.Fatal(err)
