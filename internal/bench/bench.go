@@ -403,7 +403,7 @@ func (r *runner) cold(ctx context.Context) error {
 		desc = "go build on the host, empty GOCACHE, GOMODCACHE and output folder"
 	}
 	r.add(Scenario{Name: NativeCold, Kind: "native", Description: desc, GoCache: dirSize(r.nativeCache)}, native)
-	sc := Scenario{Name: KilnCold, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts (a new machine)", Baseline: NativeCold}
+	sc := Scenario{Name: KilnCold, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts; kiln's cache keeps the toolchain and kilnstep, as the host keeps Go for native", Baseline: NativeCold}
 	r.describe(&sc, steps)
 	r.add(sc, kiln)
 	return nil

@@ -300,7 +300,9 @@ func goflagsSet(name string) bool {
 // runTool runs one of go's tools (compile, asm, link) in place of this
 // process once it holds a CPU token: the lock on one of GOMAXPROCS files in
 // cpus, which it keeps across exec and the kernel drops when the tool
-// exits, however it exits. go asking a tool for its version runs at once.
+// exits, however it exits. A large compile first takes the one lock of
+// largeGate, so two never run at once. go asking a tool for its version
+// runs at once.
 func runTool(cpus string, cmdline []string) error {
 	tool := cmdline[0]
 	if !strings.Contains(tool, "/") {
@@ -311,7 +313,13 @@ func runTool(cpus string, cmdline []string) error {
 		tool = path
 	}
 	if !(len(cmdline) == 2 && cmdline[1] == "-V=full") {
-		if err := takeCPU(cpus, tokenWait); err != nil {
+		deadline := time.Now().Add(tokenWait)
+		if strings.HasPrefix(filepath.Base(tool), "compile") && goSourceBytes(cmdline[1:]) >= largeCompile {
+			if err := takeOne(cpus, []string{largeGate}, deadline); err != nil {
+				return err
+			}
+		}
+		if err := takeCPU(cpus, deadline); err != nil {
 			return err
 		}
 	}
@@ -326,13 +334,60 @@ func runTool(cpus string, cmdline []string) error {
 // another build on the daemon holds the locks and never lets go.
 const tokenWait = 5 * time.Minute
 
-func takeCPU(cpus string, patience time.Duration) error {
-	n := runtime.GOMAXPROCS(0)
+// largeCompile is the Go source size, in bytes, of a package whose compile
+// takes the large gate. A compile's memory grows with its package: on
+// linux/amd64, runtime (2.7 MB of source) peaks at 297 MB, net/http
+// (0.9 MB) at 205 MB, crypto/tls (0.46 MB) at 149 MB, and packages under
+// 256 KiB at 105 MB at most. Two platforms' go builds side by side compile
+// the same packages at about the same time; without the gate the two
+// runtimes compiled together and a cold build's compiles peaked at 600 MB
+// against one go build's 345 MB.
+const largeCompile = 256 << 10
+
+// largeGate is the lock file in the tokens' folder that large compiles take.
+const largeGate = "large"
+
+// goSourceBytes adds up the sizes of the .go files a compile is given,
+// directly or in a response file (@FILE, one argument per line, which go
+// uses for long command lines).
+func goSourceBytes(args []string) int64 {
+	var n int64
+	for _, a := range args {
+		if rsp, ok := strings.CutPrefix(a, "@"); ok {
+			dt, err := os.ReadFile(rsp)
+			if err != nil {
+				continue
+			}
+			n += goSourceBytes(strings.Split(string(dt), "\n"))
+			continue
+		}
+		if strings.HasSuffix(a, ".go") {
+			if fi, err := os.Stat(a); err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+// takeCPU takes one of GOMAXPROCS CPU tokens in cpus.
+func takeCPU(cpus string, deadline time.Time) error {
+	names := make([]string, runtime.GOMAXPROCS(0))
+	for i := range names {
+		names[i] = strconv.Itoa(i)
+	}
+	return takeOne(cpus, names, deadline)
+}
+
+// takeOne locks one of the named files in dir, polling until the deadline,
+// and keeps that lock open, for the tool it execs, when it returns nil.
+func takeOne(dir string, names []string, deadline time.Time) error {
+	n := len(names)
 	fds := make([]int, n)
-	for i := range fds {
-		// Without O_CLOEXEC: the held token must outlive exec. A lock
+	for i, base := range names {
+		// Without O_CLOEXEC: the held lock must outlive exec. A lock
 		// needs no write access; a planted link is not followed.
-		name := filepath.Join(cpus, strconv.Itoa(i))
+		name := filepath.Join(dir, base)
 		fd, err := syscall.Open(name, syscall.O_RDONLY|syscall.O_CREAT|syscall.O_NOFOLLOW, 0o644)
 		var st syscall.Stat_t
 		if err == nil {
@@ -341,6 +396,9 @@ func takeCPU(cpus string, patience time.Duration) error {
 			}
 		}
 		if err != nil {
+			for _, fd := range fds[:i] {
+				syscall.Close(fd)
+			}
 			return fmt.Errorf("CPU token %s: %w", name, err)
 		}
 		fds[i] = fd
@@ -356,7 +414,6 @@ func takeCPU(cpus string, patience time.Duration) error {
 	// that waiters spread over the tokens: the go builds run in other
 	// containers and share no wait queue but the files' locks.
 	first := os.Getpid() % n
-	deadline := time.Now().Add(patience)
 	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 8*time.Millisecond) {
 		for k := range n {
 			fd := fds[(first+k)%n]
@@ -368,13 +425,13 @@ func takeCPU(cpus string, patience time.Duration) error {
 			case syscall.EWOULDBLOCK, syscall.EINTR:
 			default:
 				keep(-1)
-				return fmt.Errorf("CPU token %s: %w", filepath.Join(cpus, strconv.Itoa((first+k)%n)), err)
+				return fmt.Errorf("CPU token %s: %w", filepath.Join(dir, names[(first+k)%n]), err)
 			}
 		}
 		time.Sleep(wait)
 	}
 	keep(-1)
-	fmt.Fprintf(os.Stderr, "kilnstep: no CPU token in %s came free in %s; running without one\n", cpus, patience)
+	fmt.Fprintf(os.Stderr, "kilnstep: no lock of %s in %s came free in time; running without one\n", strings.Join(names, ", "), dir)
 	return nil
 }
 

@@ -204,6 +204,10 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 		t.Errorf("%d events, at most %d tools at once; want 12 and 2 (the tokens)", len(events), most)
 	}
 
+	t.Run("two large compiles never run at once; a small one runs beside a large one", func(t *testing.T) {
+		largeCompiles(t, kilnstep)
+	})
+
 	// Both tokens held, by tools that outlive the test's patience: a
 	// version question runs, a third tool waits, and gets a token when one
 	// of them is killed.
@@ -250,6 +254,71 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 	}
 }
 
+// largeCompiles runs tools named compile through kilnstep: L1 and L2 get
+// large packages (one named in a response file, as go passes long command
+// lines), S a small one, and each logs when it runs.
+func largeCompiles(t *testing.T, kilnstep string) {
+	dir := t.TempDir()
+	cpus, logs := filepath.Join(dir, "cpus"), filepath.Join(dir, "logs")
+	os.Mkdir(cpus, 0o755)
+	os.Mkdir(logs, 0o755)
+	large, small := filepath.Join(dir, "large.go"), filepath.Join(dir, "small.go")
+	os.WriteFile(large, bytes.Repeat([]byte("// large\n"), largeCompile/9+1), 0o644)
+	os.WriteFile(small, []byte("package small\n"), 0o644)
+	rsp := filepath.Join(dir, "args.rsp")
+	os.WriteFile(rsp, []byte("-p\nlarge\n"+large), 0o644)
+	compile := filepath.Join(dir, "compile")
+	script := "#!/bin/sh\necho start $(date +%s%N) >> " + logs + "/$1\nsleep $2\necho end $(date +%s%N) >> " + logs + "/$1\n"
+	if err := os.WriteFile(compile, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(kilnstep, append([]string{"tool", cpus, compile}, args...)...)
+		cmd.Env = append(os.Environ(), "GOMAXPROCS=2")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	times := func(name string) (start, end int64) {
+		dt, err := os.ReadFile(filepath.Join(logs, name))
+		if err != nil {
+			t.Fatalf("%s did not run: %v", name, err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(dt)), "\n") {
+			kind, at, _ := strings.Cut(line, " ")
+			n, _ := strconv.ParseInt(at, 10, 64)
+			if kind == "start" {
+				start = n
+			} else {
+				end = n
+			}
+		}
+		return start, end
+	}
+	l1 := run("L1", "1", large)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(logs, "L1")); err == nil {
+			break
+		}
+	}
+	cmds := []*exec.Cmd{l1, run("L2", "0.2", "@"+rsp), run("S", "0.2", small)}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s1, e1 := times("L1")
+	s2, e2 := times("L2")
+	ss, _ := times("S")
+	if s2 < e1 && s1 < e2 {
+		t.Error("two large compiles ran at once")
+	}
+	if ss > e1 {
+		t.Error("a small compile waited for a large one with a CPU token free")
+	}
+}
+
 // A tool waits for a token no longer than it is told, and tokens that are
 // not plain files (planted by another build on the daemon) are refused.
 func TestCPUTokensThatNeverComeOrAreNotFiles(t *testing.T) {
@@ -267,7 +336,7 @@ func TestCPUTokensThatNeverComeOrAreNotFiles(t *testing.T) {
 		}
 	}
 	start := time.Now()
-	if err := takeCPU(cpus, 100*time.Millisecond); err != nil {
+	if err := takeCPU(cpus, time.Now().Add(100*time.Millisecond)); err != nil {
 		t.Errorf("a tool whose tokens never came: %v, want it to run without one", err)
 	}
 	if waited := time.Since(start); waited < 100*time.Millisecond {
@@ -281,11 +350,11 @@ func TestCPUTokensThatNeverComeOrAreNotFiles(t *testing.T) {
 	if err := os.Symlink(filepath.Join(t.TempDir(), "target"), filepath.Join(planted, "1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := takeCPU(planted, time.Second); err == nil || !strings.Contains(err.Error(), filepath.Join(planted, "0")) {
+	if err := takeCPU(planted, time.Now().Add(time.Second)); err == nil || !strings.Contains(err.Error(), filepath.Join(planted, "0")) {
 		t.Errorf("a directory as token 0: %v, want an error naming it", err)
 	}
 	os.Remove(filepath.Join(planted, "0"))
-	if err := takeCPU(planted, time.Second); err == nil || !strings.Contains(err.Error(), filepath.Join(planted, "1")) {
+	if err := takeCPU(planted, time.Now().Add(time.Second)); err == nil || !strings.Contains(err.Error(), filepath.Join(planted, "1")) {
 		t.Errorf("a symbolic link as token 1: %v, want an error naming it", err)
 	}
 }
