@@ -23,6 +23,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
+	fstypes "github.com/tonistiigi/fsutil/types"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -129,6 +130,11 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		mounts[name] = fs
 	}
 	maps.Copy(mounts, opts.Mounts)
+	for name, fs := range mounts {
+		if mounts[name], err = fsutil.NewFilterFS(fs, &fsutil.FilterOpt{Map: sameForEveryone}); err != nil {
+			return nil, fmt.Errorf("local source %s: %w", name, err)
+		}
+	}
 
 	statusCh := make(chan *client.SolveStatus)
 	logs := newVertexLogs()
@@ -248,6 +254,25 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		}
 	}
 	return &Outcome{Results: results, Steps: logs.steps()}, nil
+}
+
+// sameForEveryone gives each file sent to the daemon the owner and
+// permissions git would check it out with: root, and 0755 or 0644 by its
+// owner's execute bit. BuildKit keys every step on the content hash of its
+// local sources, which includes owner, mode and extended attributes, so two
+// users' checkouts of one commit (another uid, umask 002 against 022)
+// would otherwise share no layer cache.
+func sameForEveryone(_ string, st *fstypes.Stat) fsutil.MapResult {
+	st.Uid, st.Gid, st.Xattrs = 0, 0, nil
+	mode := os.FileMode(st.Mode)
+	switch {
+	case mode.IsDir(), mode.IsRegular() && mode&0o100 != 0:
+		mode = mode.Type() | 0o755
+	case mode.IsRegular():
+		mode = 0o644
+	}
+	st.Mode = uint32(mode)
+	return fsutil.MapResultKeep
 }
 
 // perJob gives each job's registry cache export a tag of its own
