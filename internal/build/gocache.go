@@ -82,7 +82,6 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 		refs = append(refs, repo+":"+tag)
 	}
 	st := s.Golang.Snapshot(s.Plan.Binaries, s.Plan.Platforms, max)
-	// Its layer cache carries the kilnstep binary to other daemons.
 	out, err := s.daemon.Solve(ctx, []buildkit.Job{s.pushJob("gocache", st, refs)}, s.solveOptions(ctx))
 	if err != nil {
 		return nil, fmt.Errorf("publish the Go cache snapshot to %s: %w", repo, err)

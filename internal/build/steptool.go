@@ -22,7 +22,10 @@ import (
 // own, with the pinned toolchain, and keeps it there, as the toolchain is
 // kept. A release builds it from source with everything else.
 func (s *Session) useKeptStepTool(ctx context.Context, cache string) error {
-	key := golang.StepToolKey(s.Plan.Toolchain, s.Plan.BuildPlatform)
+	key, err := s.Golang.StepToolKey(ctx)
+	if err != nil {
+		return err
+	}
 	dir := filepath.Join(cache, "kilnstep", key)
 	if !keptStepTool(dir) {
 		log.G(ctx).Warnf("first run: building kilnstep, kiln's step tool, for %s (once per kiln version; about 10 s)", config.FormatPlatform(s.Plan.BuildPlatform))
@@ -36,11 +39,11 @@ func (s *Session) useKeptStepTool(ctx context.Context, cache string) error {
 }
 
 // buildStepTool solves the kilnstep build alone and moves its output to
-// dir, whole or not at all. A dir another build made meanwhile stays: it
-// holds the same bytes, and that build may be sending it.
+// dir, whole or not at all. A usable dir another build made meanwhile
+// stays: it holds the same bytes, and that build may be sending it.
 func (s *Session) buildStepTool(ctx context.Context, dir string) error {
 	st := s.Golang.BuildStepTool()
-	staged := fmt.Sprintf("%s.new-%d", dir, os.Getpid())
+	staged := dir + ".new" // Solve writes beside it first, and sweeps what a killed run left
 	job := buildkit.Job{
 		Name: "kilnstep",
 		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
@@ -59,23 +62,32 @@ func (s *Session) buildStepTool(ctx context.Context, dir string) error {
 		return fmt.Errorf("build kilnstep: %w", err)
 	}
 	defer os.RemoveAll(staged)
-	if fi, err := os.Lstat(filepath.Join(staged, golang.StepToolFile)); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("build kilnstep: its output %s holds no %s", staged, golang.StepToolFile)
+	if !keptStepTool(staged) {
+		return fmt.Errorf("build kilnstep: its output %s holds no executable %s", staged, golang.StepToolFile)
 	}
+	if os.Rename(staged, dir) == nil || keptStepTool(dir) {
+		return nil
+	}
+	// A broken or planted entry: set aside under a name of this process's
+	// own, so that a usable one another build puts in place is never removed.
+	aside := fmt.Sprintf("%s.broken-%d", dir, os.Getpid())
+	if err := os.Rename(dir, aside); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("build kilnstep: move the unusable %s aside: %w", dir, err)
+	}
+	defer os.RemoveAll(aside)
 	if err := os.Rename(staged, dir); err != nil && !keptStepTool(dir) {
-		if err := os.RemoveAll(dir); err != nil { // not a usable tool: a planted or broken entry
-			return fmt.Errorf("build kilnstep: remove %s: %w", dir, err)
-		}
-		if err := os.Rename(staged, dir); err != nil {
-			return fmt.Errorf("build kilnstep: %w", err)
-		}
+		return fmt.Errorf("build kilnstep: %w", err)
 	}
 	return nil
 }
 
 // keptStepTool reports whether dir holds a kilnstep as buildStepTool leaves
-// it: a regular file, not a link to one elsewhere.
+// it: a folder (not a link to one elsewhere) with an executable, non-empty
+// plain file.
 func keptStepTool(dir string) bool {
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return false
+	}
 	fi, err := os.Lstat(filepath.Join(dir, golang.StepToolFile))
-	return err == nil && fi.Mode().IsRegular()
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o100 != 0 && fi.Size() > 0
 }

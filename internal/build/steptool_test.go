@@ -75,25 +75,33 @@ func TestStepToolIsKeptOnTheClient(t *testing.T) {
 		t.Errorf("kilnstep built twice under one key differs: %s and %s", kept[0], realCache)
 	}
 
-	t.Run("a link in its place is built again", func(t *testing.T) {
-		script := filepath.Join(t.TempDir(), "planted")
-		os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755)
-		if err := os.Remove(kept[0]); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink(script, kept[0]); err != nil {
-			t.Fatal(err)
-		}
-		run(t)
-		fi, err := os.Lstat(kept[0])
-		if err != nil || !fi.Mode().IsRegular() {
-			t.Fatalf("kilnstep in the cache is %v (%v) after the build, want a plain file", fi, err)
-		}
-		if again, _ := os.ReadFile(kept[0]); !bytes.Equal(again, first) {
-			t.Error("the rebuilt kilnstep differs from the first")
-		}
-		if leftovers, _ := filepath.Glob(filepath.Join(cache, "kilnstep", "*.new-*")); len(leftovers) != 0 {
-			t.Errorf("staging folders left behind: %v", strings.Join(leftovers, " "))
-		}
-	})
+	plants := map[string]func(path string) error{
+		"a link to a script": func(path string) error {
+			script := filepath.Join(t.TempDir(), "planted")
+			os.WriteFile(script, []byte("#!/bin/sh\nexit 0\n"), 0o755)
+			return os.Symlink(script, path)
+		},
+		"an empty file": func(path string) error { return os.WriteFile(path, nil, 0o755) },
+	}
+	for name, plant := range plants {
+		t.Run(name+" in its place is built again", func(t *testing.T) {
+			if err := os.Remove(kept[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := plant(kept[0]); err != nil {
+				t.Fatal(err)
+			}
+			run(t)
+			fi, err := os.Lstat(kept[0])
+			if err != nil || !fi.Mode().IsRegular() {
+				t.Fatalf("kilnstep in the cache is %v (%v) after the build, want a plain file", fi, err)
+			}
+			if again, _ := os.ReadFile(kept[0]); !bytes.Equal(again, first) {
+				t.Error("the rebuilt kilnstep differs from the first")
+			}
+			if leftovers, _ := filepath.Glob(filepath.Join(cache, "kilnstep", "*.*")); len(leftovers) != 0 {
+				t.Errorf("staging folders left behind: %v", strings.Join(leftovers, " "))
+			}
+		})
+	}
 }

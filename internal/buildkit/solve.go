@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	gofs "io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -131,9 +132,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	}
 	maps.Copy(mounts, opts.Mounts)
 	for name, fs := range mounts {
-		if mounts[name], err = fsutil.NewFilterFS(fs, &fsutil.FilterOpt{Map: sameForEveryone}); err != nil {
-			return nil, fmt.Errorf("local source %s: %w", name, err)
-		}
+		mounts[name] = sameForEveryoneFS{fs}
 	}
 
 	statusCh := make(chan *client.SolveStatus)
@@ -256,23 +255,42 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	return &Outcome{Results: results, Steps: logs.steps()}, nil
 }
 
-// sameForEveryone gives each file sent to the daemon the owner and
-// permissions git would check it out with: root, and 0755 or 0644 by its
-// owner's execute bit. BuildKit keys every step on the content hash of its
-// local sources, which includes owner, mode and extended attributes, so two
-// users' checkouts of one commit (another uid, umask 002 against 022)
-// would otherwise share no layer cache.
-func sameForEveryone(_ string, st *fstypes.Stat) fsutil.MapResult {
+// sameForEveryoneFS sends each file with the owner and permissions git
+// would check it out with: root; 0755 or 0644 by its owner's execute bit;
+// links 0777; no extended attributes. BuildKit keys every step on the
+// content hash of its local sources, which includes owner, mode and
+// extended attributes, so two users' checkouts of one commit (another uid,
+// umask 002 against 022) would otherwise share no layer cache. Walk errors
+// pass through untouched, for the session's own filter to judge.
+type sameForEveryoneFS struct{ fsutil.FS }
+
+func (f sameForEveryoneFS) Walk(ctx context.Context, target string, fn gofs.WalkDirFunc) error {
+	return f.FS.Walk(ctx, target, func(path string, entry gofs.DirEntry, err error) error {
+		if err == nil && entry != nil {
+			// Info gives a copy of the stat; the sender reads the entry's.
+			if fi, infoErr := entry.Info(); infoErr == nil {
+				if st, ok := fi.Sys().(*fstypes.Stat); ok {
+					sameForEveryone(st)
+					entry = &fsutil.DirEntryInfo{Stat: st}
+				}
+			}
+		}
+		return fn(path, entry, err)
+	})
+}
+
+func sameForEveryone(st *fstypes.Stat) {
 	st.Uid, st.Gid, st.Xattrs = 0, 0, nil
 	mode := os.FileMode(st.Mode)
 	switch {
+	case mode&os.ModeSymlink != 0:
+		mode = os.ModeSymlink | 0o777
 	case mode.IsDir(), mode.IsRegular() && mode&0o100 != 0:
 		mode = mode.Type() | 0o755
 	case mode.IsRegular():
 		mode = 0o644
 	}
 	st.Mode = uint32(mode)
-	return fsutil.MapResultKeep
 }
 
 // perJob gives each job's registry cache export a tag of its own

@@ -1,17 +1,16 @@
 package golang
 
 import (
+	"context"
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 
 	"github.com/moby/buildkit/client/llb"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
-	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -25,14 +24,19 @@ var kilnstepSource []byte
 // before and keeps on the client (UseStepTool).
 const LocalStepTool = "kiln-step-tool"
 
-// StepToolKey names a kilnstep binary by everything its bytes depend on:
-// its source, the pinned toolchain and the platform it runs on. Its build
-// is reproducible, so the same key is the same bytes on every machine.
-func StepToolKey(tc plan.Toolchain, build ocispec.Platform) string {
+// StepToolKey names the kilnstep BuildStepTool makes by a digest of its
+// whole definition: source, toolchain, platform and how it is built. The
+// build is reproducible, so one key is one binary.
+func (g *Graph) StepToolKey(ctx context.Context) (string, error) {
+	def, err := g.BuildStepTool().Marshal(ctx, llb.Platform(g.Plan.BuildPlatform))
+	if err != nil {
+		return "", err
+	}
 	h := sha256.New()
-	fmt.Fprintf(h, "kilnstep\x00%s\x00%s\x00", tc.SHA256, config.FormatPlatform(build))
-	h.Write(kilnstepSource)
-	return hex.EncodeToString(h.Sum(nil))[:32]
+	for _, op := range def.Def {
+		h.Write(op)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
 }
 
 // UseStepTool makes every step take kilnstep from dir on the client (the

@@ -313,13 +313,12 @@ func runTool(cpus string, cmdline []string) error {
 		tool = path
 	}
 	if !(len(cmdline) == 2 && cmdline[1] == "-V=full") {
-		deadline := time.Now().Add(tokenWait)
 		if strings.HasPrefix(filepath.Base(tool), "compile") && goSourceBytes(cmdline[1:]) >= largeCompile {
-			if err := takeOne(cpus, []string{largeGate}, deadline); err != nil {
+			if err := takeOne(cpus, []string{largeGate}, time.Now().Add(tokenWait)); err != nil {
 				return err
 			}
 		}
-		if err := takeCPU(cpus, deadline); err != nil {
+		if err := takeCPU(cpus, time.Now().Add(tokenWait)); err != nil {
 			return err
 		}
 	}
@@ -347,20 +346,12 @@ const largeCompile = 256 << 10
 // largeGate is the lock file in the tokens' folder that large compiles take.
 const largeGate = "large"
 
-// goSourceBytes adds up the sizes of the .go files a compile is given,
-// directly or in a response file (@FILE, one argument per line, which go
-// uses for long command lines).
+// goSourceBytes adds up the sizes of the .go files a compile is given. go
+// writes a response file (@FILE) only for its own tools, never for a
+// -toolexec program, so the files are all on the command line.
 func goSourceBytes(args []string) int64 {
 	var n int64
 	for _, a := range args {
-		if rsp, ok := strings.CutPrefix(a, "@"); ok {
-			dt, err := os.ReadFile(rsp)
-			if err != nil {
-				continue
-			}
-			n += goSourceBytes(strings.Split(string(dt), "\n"))
-			continue
-		}
 		if strings.HasSuffix(a, ".go") {
 			if fi, err := os.Stat(a); err == nil {
 				n += fi.Size()
@@ -399,7 +390,7 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 			for _, fd := range fds[:i] {
 				syscall.Close(fd)
 			}
-			return fmt.Errorf("CPU token %s: %w", name, err)
+			return fmt.Errorf("lock %s: %w", name, err)
 		}
 		fds[i] = fd
 	}
@@ -414,7 +405,7 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 	// that waiters spread over the tokens: the go builds run in other
 	// containers and share no wait queue but the files' locks.
 	first := os.Getpid() % n
-	for wait := time.Millisecond; time.Now().Before(deadline); wait = min(2*wait, 8*time.Millisecond) {
+	for wait := time.Millisecond; ; wait = min(2*wait, 8*time.Millisecond) {
 		for k := range n {
 			fd := fds[(first+k)%n]
 			err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
@@ -425,8 +416,11 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 			case syscall.EWOULDBLOCK, syscall.EINTR:
 			default:
 				keep(-1)
-				return fmt.Errorf("CPU token %s: %w", filepath.Join(dir, names[(first+k)%n]), err)
+				return fmt.Errorf("lock %s: %w", filepath.Join(dir, names[(first+k)%n]), err)
 			}
+		}
+		if !time.Now().Before(deadline) {
+			break
 		}
 		time.Sleep(wait)
 	}

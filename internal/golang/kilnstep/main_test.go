@@ -255,8 +255,7 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 }
 
 // largeCompiles runs tools named compile through kilnstep: L1 and L2 get
-// large packages (one named in a response file, as go passes long command
-// lines), S a small one, and each logs when it runs.
+// large packages, S a small one, and each logs when it runs.
 func largeCompiles(t *testing.T, kilnstep string) {
 	dir := t.TempDir()
 	cpus, logs := filepath.Join(dir, "cpus"), filepath.Join(dir, "logs")
@@ -265,8 +264,6 @@ func largeCompiles(t *testing.T, kilnstep string) {
 	large, small := filepath.Join(dir, "large.go"), filepath.Join(dir, "small.go")
 	os.WriteFile(large, bytes.Repeat([]byte("// large\n"), largeCompile/9+1), 0o644)
 	os.WriteFile(small, []byte("package small\n"), 0o644)
-	rsp := filepath.Join(dir, "args.rsp")
-	os.WriteFile(rsp, []byte("-p\nlarge\n"+large), 0o644)
 	compile := filepath.Join(dir, "compile")
 	script := "#!/bin/sh\necho start $(date +%s%N) >> " + logs + "/$1\nsleep $2\necho end $(date +%s%N) >> " + logs + "/$1\n"
 	if err := os.WriteFile(compile, []byte(script), 0o755); err != nil {
@@ -302,7 +299,7 @@ func largeCompiles(t *testing.T, kilnstep string) {
 			break
 		}
 	}
-	cmds := []*exec.Cmd{l1, run("L2", "0.2", "@"+rsp), run("S", "0.2", small)}
+	cmds := []*exec.Cmd{l1, run("L2", "0.2", large), run("S", "0.2", small)}
 	for _, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			t.Fatal(err)
