@@ -1,7 +1,6 @@
 package build_test
 
 import (
-	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -25,17 +24,7 @@ func TestAnotherUsersCheckoutHitsTheSameCache(t *testing.T) {
 		"cmd/o/doc.go": "// Command o prints a name.\npackage main\n",
 	})
 	opts := build.Options{Root: testdaemon.RepoRoot(t), Module: fixture, Packages: []string{"./cmd/o"}, Platforms: "linux/amd64", Progress: "quiet"}
-	run := func() *build.BinariesOutcome {
-		t.Helper()
-		o := opts
-		o.OutDir = t.TempDir()
-		out, err := build.Binaries(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	run()
+	binariesInNewFolder(t, opts)
 	err := filepath.WalkDir(fixture, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -52,7 +41,7 @@ func TestAnotherUsersCheckoutHitsTheSameCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := run()
+	out := binariesInNewFolder(t, opts)
 	if len(out.Ran("sources")) == 0 {
 		t.Fatalf("the second build sent no sources, so it proves nothing: %v", out.Steps)
 	}

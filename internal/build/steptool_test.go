@@ -16,6 +16,17 @@ import (
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
+// binariesInNewFolder builds opts' binaries into a folder of their own.
+func binariesInNewFolder(t *testing.T, opts build.Options) *build.BinariesOutcome {
+	t.Helper()
+	opts.OutDir = t.TempDir()
+	out, err := build.Binaries(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // keptStepTools are the kilnstep binaries a kiln cache dir keeps.
 func keptStepTools(t *testing.T, cache string) []string {
 	t.Helper()
@@ -46,12 +57,7 @@ func TestStepToolIsKeptOnTheClient(t *testing.T) {
 	opts := build.Options{Root: testdaemon.RepoRoot(t), Module: fixture, Packages: []string{"./cmd/t"}, Platforms: "linux/amd64", Progress: "quiet"}
 	run := func(t *testing.T) *build.BinariesOutcome {
 		t.Helper()
-		o := opts
-		o.OutDir = t.TempDir()
-		out, err := build.Binaries(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := binariesInNewFolder(t, opts)
 		if got, err := exec.Command(filepath.Join(out.Dir, "linux_amd64", "t")).Output(); err != nil || string(got) != "tool\n" {
 			t.Fatalf("the binary printed %q (%v)", got, err)
 		}
