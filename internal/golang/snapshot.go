@@ -42,7 +42,7 @@ func (g *Graph) StepToolKey(ctx context.Context) (string, error) {
 // UseStepTool makes every step take kilnstep from dir on the client (the
 // file StepToolFile there, a BuildStepTool export) rather than build it.
 // Building it puts the standard library's compile, one package at a time
-// at its start, before every go build; sent, it costs a 3 MB transfer, and
+// at its start, before every go build; sent, it costs a 4 MB transfer, and
 // the go builds start as soon as the toolchain is unpacked. Steps that use
 // it are keyed on its content, which is the same on every machine.
 func (g *Graph) UseStepTool(dir string) {
