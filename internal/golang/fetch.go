@@ -103,8 +103,11 @@ func ResolveFetch(ctx context.Context, cacheDir string) (*Fetch, error) {
 	env["GOPROXY"] = proxy
 	f.Direct = f.Direct || env["GOPRIVATE"] != "" || env["GONOPROXY"] != ""
 	f.Offline = f.Offline && !f.Direct
-	// Downloading has no module mode; the cache must stay removable.
-	env["GOFLAGS"] = strings.TrimSpace(plan.WithoutModFlag(env["GOFLAGS"]) + " -modcacherw")
+	// go mod download reads no build flag, and the plan's go list takes
+	// none of the host's either: with them (a -gcflags) the download step and
+	// the module layer would get another key for the same modules. The
+	// cache must stay removable.
+	env["GOFLAGS"] = "-modcacherw"
 	for _, k := range slices.Sorted(slices.Values(keys)) {
 		if env[k] != "" {
 			f.Env = append(f.Env, k+"="+env[k])

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -50,6 +51,25 @@ func TestDownloadCredentialsStayWithTheHostsThatNeedThem(t *testing.T) {
 	}
 	if f.SSHAgent == "" || f.Secrets["kiln-gitconfig"] == nil {
 		t.Error("git credentials not forwarded for private modules")
+	}
+}
+
+// The host's build flags do not reach the download step, whose key they
+// would change for the same modules.
+func TestDownloadStepTakesNoHostBuildFlags(t *testing.T) {
+	t.Setenv("GOFLAGS", "-gcflags=all=-N -mod=mod -trimpath")
+	f, err := ResolveFetch(context.Background(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flags []string
+	for _, kv := range f.Env {
+		if strings.HasPrefix(kv, "GOFLAGS=") {
+			flags = append(flags, kv)
+		}
+	}
+	if !slices.Equal(flags, []string{"GOFLAGS=-modcacherw"}) {
+		t.Errorf("the download step's GOFLAGS: %q, want only -modcacherw", flags)
 	}
 }
 
