@@ -298,7 +298,13 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	tmp := m.Binary() + ".tmp"
 	// The version BuildKit reports (buildctl debug info, the bench's
 	// machine facts) is set at link time; unset, it is v0.0.0+unknown.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
+	// Compiled as mage compiled kiln's targets a moment ago (no -trimpath,
+	// no -gcflags), so the packages both use come from the Go build cache:
+	// 145 s instead of 200 s from a cold cache on two cores. Its paths
+	// matter to nobody: buildkitd is a tool, never an output. -s -w: a
+	// shorter link and a smaller file.
+	cmd := exec.CommandContext(ctx, "go", "build",
+		"-ldflags=-s -w -X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
 	cmd.Dir = tools
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
 	// A build of a minute or more says it is still going.
