@@ -161,7 +161,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 			t.Fatal(err)
 		}
 		testdaemon.Buildkit(t)
-		freshKilnCache(t)
+		freshKilnCacheWithStepTool(t)
 		logger, hook := logtest.NewNullLogger()
 		ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger))
 		o := opts
@@ -191,7 +191,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		}
 		reg.PushLayer(t, "kiln/gocache", tags, planted)
 		testdaemon.Buildkit(t)
-		freshKilnCache(t)
+		freshKilnCacheWithStepTool(t)
 		binaryOf := func(out *build.BinariesOutcome) []byte {
 			data, _ := os.ReadFile(filepath.Join(out.Dir, "linux_amd64", "a"))
 			return data
@@ -232,7 +232,8 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 }
 
 // freshKilnCache gives the test an empty KILN_CACHE_DIR with the real
-// cache's toolchain and buildkitd linked in, so nothing is downloaded again.
+// cache's toolchain and buildkitd linked in, so nothing is downloaded again;
+// kilnstep is left out, so the first build on it builds kilnstep.
 func freshKilnCache(t *testing.T) {
 	t.Helper()
 	testdaemon.Toolchain(t)
@@ -245,6 +246,58 @@ func freshKilnCache(t *testing.T) {
 		os.Symlink(filepath.Join(real, sub), filepath.Join(dir, sub))
 	}
 	t.Setenv("KILN_CACHE_DIR", dir)
+}
+
+// freshKilnCacheWithStepTool is freshKilnCache with a copy of each kilnstep
+// the real cache keeps, as on a machine where a build ran before (daemon A's
+// did; B's subtest compares that one with a kilnstep built from nothing): a
+// test that is not about building kilnstep need not build it again. Copies,
+// not links: kiln takes only a folder of its own holding a plain executable
+// file (keptStepTool). A build that still built one fails the test, which
+// would otherwise only be slower.
+func freshKilnCacheWithStepTool(t *testing.T) {
+	t.Helper()
+	real, err := buildkit.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	freshKilnCache(t)
+	cache, err := buildkit.CacheDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copied []string
+	for _, src := range keptStepTools(t, real) {
+		key := filepath.Base(filepath.Dir(src))
+		if strings.Contains(key, ".") { // a staging or set-aside folder
+			continue
+		}
+		dfi, err := os.Lstat(filepath.Dir(src))
+		fi, ferr := os.Lstat(src)
+		if err != nil || !dfi.IsDir() || ferr != nil || !fi.Mode().IsRegular() || fi.Mode()&0o100 == 0 || fi.Size() == 0 {
+			continue
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(cache, "kilnstep", key, "kilnstep")
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, fi.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+		copied = append(copied, dst)
+	}
+	if len(copied) == 0 {
+		t.Fatalf("%s keeps no kilnstep to copy; daemon A's build should have left one", real)
+	}
+	t.Cleanup(func() {
+		if got := keptStepTools(t, cache); !slices.Equal(got, copied) {
+			t.Errorf("the cache keeps %v after the build, not just the copied %v: kilnstep was built again", got, copied)
+		}
+	})
 }
 
 // keyPair writes an ed25519 key pair as PEM files and returns their paths.
