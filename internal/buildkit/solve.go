@@ -138,6 +138,11 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	statusCh := make(chan *client.SolveStatus)
 	logs := newVertexLogs()
 	displayDone := make(chan struct{})
+	var beat *heartbeat
+	if plainDisplay(out, mode) {
+		beat = newHeartbeat(out, time.Now())
+		go beat.run(displayDone)
+	}
 	go func() {
 		defer close(displayDone)
 		display.UpdateFrom(context.WithoutCancel(ctx), statusCh)
@@ -193,6 +198,9 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				defer fwd.Done()
 				for s := range ch {
 					logs.record(i, s)
+					if beat != nil {
+						beat.saw(s, time.Now())
+					}
 					statusCh <- s
 				}
 			}()
