@@ -66,9 +66,7 @@ func (h *heartbeat) saw(s *client.SolveStatus, now time.Time) {
 		_, known := h.running[v.Digest]
 		switch {
 		case v.Completed != nil || v.Error != "" || v.Cached:
-			if known {
-				delete(h.running, v.Digest)
-			}
+			delete(h.running, v.Digest)
 			h.quietSince = now
 		case v.Started != nil && !known:
 			// The client's clock: a remote daemon's may be off.
