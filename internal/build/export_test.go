@@ -14,3 +14,6 @@ func AnsweredAsNoop(opts Options, kind string) bool {
 	_, _, ok := noopOutcome(opts, kind)
 	return ok
 }
+
+// KeptStepTool says whether dir holds a kilnstep kiln would use.
+var KeptStepTool = keptStepTool
