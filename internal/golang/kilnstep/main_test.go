@@ -240,18 +240,41 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("-V=full waited for a token")
 	}
-	third := run("third", "0")
-	time.Sleep(300 * time.Millisecond)
+	third, fourth := run("third", "0"), run("fourth", "0")
+	// Both wait in the kernel, one in the queue and one on the tokens,
+	// where polling would wake each every few milliseconds.
+	for _, w := range []*exec.Cmd{third, fourth} {
+		if !waitInFlock(w.Process.Pid) {
+			t.Errorf("a waiting tool (%d) is not blocked in flock", w.Process.Pid)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(logs, "third")); err == nil {
 		t.Fatal("a third tool ran while both tokens were held")
 	}
 	holders[0].Process.Kill()
-	if !waitFor("third") {
-		t.Error("the token of a killed tool did not come back")
+	if !waitFor("third") || !waitFor("fourth") {
+		t.Error("the token of a killed tool did not come back to both waiters in turn")
 	}
-	if err := third.Wait(); err != nil {
-		t.Error(err)
+	for _, w := range []*exec.Cmd{third, fourth} {
+		if err := w.Wait(); err != nil {
+			t.Error(err)
+		}
 	}
+}
+
+// waitInFlock says whether a thread of the process is blocked in flock
+// within a few seconds.
+func waitInFlock(pid int) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			dt, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, task.Name()))
+			if nr, _, ok := strings.Cut(string(dt), " "); err == nil && ok && nr == strconv.Itoa(syscall.SYS_FLOCK) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // largeCompiles runs tools named compile through kilnstep: L1 and L2 get
