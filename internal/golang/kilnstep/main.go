@@ -407,7 +407,10 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 	timeout := time.NewTimer(time.Until(deadline))
 	defer timeout.Stop()
 	if n > 1 {
-		queue, err := openLock(filepath.Join(dir, tokenQueue))
+		// One queue for each count of tokens: a waiter for the first two
+		// must not keep one for the first four from the other two.
+		queueName := filepath.Join(dir, fmt.Sprintf("%s-%d", tokenQueue, n))
+		queue, err := openLock(queueName)
 		if err != nil {
 			closeLocks(fds)
 			return err
@@ -419,7 +422,7 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 		case err := <-turn:
 			if err != nil {
 				closeLocks(fds)
-				return fmt.Errorf("lock %s: %w", filepath.Join(dir, tokenQueue), err)
+				return fmt.Errorf("lock %s: %w", queueName, err)
 			}
 		case <-timeout.C:
 			return runWithout(dir, names)
@@ -440,8 +443,8 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 	}
 }
 
-// tokenQueue is the lock file in the tokens' folder that waiters for a CPU
-// token take in turn.
+// tokenQueue names the lock files in the tokens' folder that waiters for
+// a CPU token take in turn (queue-N for N tokens).
 const tokenQueue = "queue"
 
 type lockResult struct {

@@ -229,6 +229,11 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 	if !waitFor("h1") || !waitFor("h2") {
 		t.Fatal("the two holders did not start")
 	}
+	for _, h := range holders {
+		if n := flocksHeld(t, h.Process.Pid); n != 1 {
+			t.Errorf("a running tool holds %d locks, want its one token", n)
+		}
+	}
 	version := run("-V=full")
 	done := make(chan error, 1)
 	go func() { done <- version.Wait() }()
@@ -260,6 +265,23 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// flocksHeld counts the flock locks that /proc/locks gives to the process.
+func flocksHeld(t *testing.T, pid int) int {
+	dt, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(dt), "\n") {
+		// 1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF; a waiter's
+		// lines start "1: -> FLOCK".
+		if f := strings.Fields(line); len(f) > 4 && f[1] == "FLOCK" && f[4] == strconv.Itoa(pid) {
+			n++
+		}
+	}
+	return n
 }
 
 // waitInFlock says whether a thread of the process is blocked in flock
