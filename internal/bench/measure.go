@@ -94,21 +94,27 @@ var pageSize = int64(os.Getpagesize())
 // processStat is one process's command name and resident memory in bytes,
 // read from the one file that has both.
 func processStat(pid int) (string, int64) {
+	comm, f, ok := procStat(pid)
+	if !ok || len(f) < 22 {
+		return "", 0
+	}
+	pages, _ := strconv.ParseInt(f[21], 10, 64) // rss, field 24 of stat
+	return comm, pages * pageSize
+}
+
+// procStat reads /proc/PID/stat: the command name, which may hold spaces,
+// and the fields after it, the state first.
+func procStat(pid int) (comm string, fields []string, ok bool) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return "", 0
+		return "", nil, false
 	}
 	s := string(data)
 	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || end < open {
-		return "", 0
+		return "", nil, false
 	}
-	f := strings.Fields(s[end+1:])
-	if len(f) < 22 {
-		return "", 0
-	}
-	pages, _ := strconv.ParseInt(f[21], 10, 64) // rss, field 24 of stat
-	return s[open+1 : end], pages * pageSize
+	return s[open+1 : end], strings.Fields(s[end+1:]), true
 }
 
 // peakSampler records the largest treeRSS of a process while it runs, with
@@ -172,17 +178,8 @@ const clockTick = 10 * time.Millisecond
 
 // processCPU is the user+system time of a process and its reaped children.
 func processCPU(pid int) (time.Duration, bool) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, false
-	}
-	// Fields after the command name, which may contain spaces.
-	rest := string(data)
-	if i := strings.LastIndexByte(rest, ')'); i >= 0 {
-		rest = rest[i+2:]
-	}
-	f := strings.Fields(rest)
-	if len(f) < 15 {
+	_, f, ok := procStat(pid)
+	if !ok || len(f) < 15 {
 		return 0, false
 	}
 	var ticks int64

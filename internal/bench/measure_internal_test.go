@@ -11,7 +11,8 @@ import (
 )
 
 // processStat reads what /proc/PID/status says: a child's command name,
-// and a resident set that grows with what the child touches.
+// and a resident set that grows with what the child touches; processCPU
+// reads the same file's CPU times.
 func TestProcessStatAgreesWithStatus(t *testing.T) {
 	// dd touches its 64 MiB buffer as it copies.
 	cmd := exec.Command("dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1000000")
@@ -34,6 +35,11 @@ func TestProcessStatAgreesWithStatus(t *testing.T) {
 	}
 	if rss < 64<<20 || rss < status*9/10 || rss > status*11/10 {
 		t.Errorf("resident set %d bytes; /proc status says %d, and the buffer is 64 MiB", rss, status)
+	}
+	for start := time.Now(); time.Since(start) < 100*time.Millisecond; {
+	}
+	if cpu, ok := processCPU(os.Getpid()); !ok || cpu < 50*time.Millisecond {
+		t.Errorf("this process's CPU: %v (%v) after 100 ms of spinning", cpu, ok)
 	}
 	if total, groups := treeRSS(os.Getpid()); total < rss || groups[GroupOther] < rss {
 		t.Errorf("this process's tree: %d bytes, groups %v; want the child's %d in it", total, groups, rss)
