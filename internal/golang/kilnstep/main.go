@@ -385,9 +385,7 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 	for i, base := range names {
 		fd, err := openLock(filepath.Join(dir, base))
 		if err != nil {
-			for _, fd := range fds[:i] {
-				syscall.Close(fd)
-			}
+			closeLocks(fds[:i])
 			return err
 		}
 		fds[i] = fd
@@ -416,41 +414,47 @@ func takeOne(dir string, names []string, deadline time.Time) error {
 			return err
 		}
 		defer syscall.Close(queue) // the next waiter's turn, once a token is held
-		turn := make(chan error, 1)
-		go func() { turn <- waitLock(queue) }()
-		select {
-		case err := <-turn:
-			if err != nil {
-				closeLocks(fds)
-				return fmt.Errorf("lock %s: %w", queueName, err)
-			}
-		case <-timeout.C:
+		_, ok, err := waitFirst([]int{queue}, timeout.C)
+		if !ok {
 			return runWithout(dir, names)
 		}
+		if err != nil {
+			closeLocks(fds)
+			return fmt.Errorf("lock %s: %w", queueName, err)
+		}
 	}
-	got := make(chan lockResult, n)
+	i, ok, err := waitFirst(fds, timeout.C)
+	if !ok {
+		return runWithout(dir, names)
+	}
+	if err != nil {
+		return fmt.Errorf("lock %s: %w", filepath.Join(dir, names[i]), err)
+	}
+	return keepAcrossExec(fds[i])
+}
+
+// waitFirst waits in the kernel for the lock of any of fds, a thread each,
+// and says which it got first; ok is false when timeout fires before.
+func waitFirst(fds []int, timeout <-chan time.Time) (index int, ok bool, err error) {
+	type result struct {
+		index int
+		err   error
+	}
+	got := make(chan result, len(fds))
 	for i, fd := range fds {
-		go func() { got <- lockResult{i, waitLock(fd)} }()
+		go func() { got <- result{i, waitLock(fd)} }()
 	}
 	select {
 	case r := <-got:
-		if r.err != nil {
-			return fmt.Errorf("lock %s: %w", filepath.Join(dir, names[r.index]), r.err)
-		}
-		return keepAcrossExec(fds[r.index])
-	case <-timeout.C:
-		return runWithout(dir, names)
+		return r.index, true, r.err
+	case <-timeout:
+		return 0, false, nil
 	}
 }
 
 // tokenQueue names the lock files in the tokens' folder that waiters for
 // a CPU token take in turn (queue-N for N tokens).
 const tokenQueue = "queue"
-
-type lockResult struct {
-	index int
-	err   error
-}
 
 // openLock opens a lock file, close-on-exec. A lock needs no write access;
 // a planted link is not followed, and only a regular file will do.
