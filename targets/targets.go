@@ -247,10 +247,13 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 //	-module=modcache:PATH@VERSION  a module copied from the module cache
 //	-vendor                        vendor that copy first (go mod vendor)
 //	-platforms                     as for images
+//	-only=cold,noop,kept,edits,fresh,cgo
+//	                               run these figures' scenarios only, with the cold
+//	                               runs they start from (default: every one)
 //	-registry=HOST[:PORT]          for the fresh-daemon scenarios (default REGISTRY,
 //	                               else a docker-registry started on loopback)
 //	-compare=OLD.json,NEW.json     compare two reports instead
-func Bench(ctx context.Context, runs *int, module *string, packages *string, vendor *bool, platforms *string, compare *string, registry *string) error {
+func Bench(ctx context.Context, runs *int, module *string, packages *string, vendor *bool, platforms *string, only *string, compare *string, registry *string) error {
 	cli.Logging()
 	if compare != nil {
 		files := strings.Split(*compare, ",")
@@ -259,7 +262,7 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 		}
 		return bench.CompareFiles(os.Stdout, files[0], files[1])
 	}
-	o := bench.Options{Build: cli.Options(platforms, nil, nil), Registry: cli.Str(registry)}
+	o := bench.Options{Build: cli.Options(platforms, nil, nil), Registry: cli.Str(registry), Only: cli.List(only)}
 	if runs != nil {
 		o.Runs = *runs
 	}

@@ -46,7 +46,14 @@ type Options struct {
 	// Registry (HOST[:PORT]) holds the caches of the fresh-daemon
 	// scenarios; REGISTRY, else a docker-registry on loopback, when empty.
 	Registry string
+	// Only names the groups of scenarios to run (Groups); every one when
+	// empty. A group brings the cold runs whose state it starts from.
+	Only []string
 }
+
+// Groups are the names Options.Only takes, each the scenarios of one
+// figure of the report, with the cold runs they start from.
+var Groups = []string{"cold", "noop", "kept", "edits", "fresh", "cgo"}
 
 // Scenario is one measured situation.
 type Scenario struct {
@@ -117,6 +124,8 @@ type Report struct {
 	// Retried names the scenarios that failed once and were run again
 	// whole, with the error of the failed attempt.
 	Retried []string `json:"retried,omitempty"`
+	// Only names the groups run (-only); empty when every one ran.
+	Only []string `json:"only,omitempty"`
 }
 
 // seedCgoRatio is Antrea's 9m49s with the cgo split over 6m42s without.
@@ -175,6 +184,11 @@ type runner struct {
 func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 	if opts.Runs <= 0 {
 		opts.Runs = 3
+	}
+	for _, g := range opts.Only {
+		if !slices.Contains(Groups, g) {
+			return nil, nil, fmt.Errorf("-only: no scenario group %q; the groups are %s", g, strings.Join(Groups, ", "))
+		}
 	}
 	opts.Build.Progress = "quiet"
 	opts.Build.SkipChecks = true
@@ -257,12 +271,29 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		r.report.ModuleDownload = fmt.Sprintf("in both: %d modules; native cold starts from an empty GOMODCACHE, kiln cold from empty cache mounts", len(p.Modules))
 	}
 
-	scenarios := []func(context.Context) error{
-		r.cold, r.nativeWarm, r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), r.nativeIncremental(NativeShared, r.report.SharedEdit),
-		r.kilnCachesKept, r.kilnWarm,
-		r.kilnIncremental(KilnOneBinary, r.report.OneBinaryEdit), r.kilnIncremental(KilnShared, r.report.SharedEdit),
-		r.freshDaemon(KilnFreshLayers, false), r.freshDaemon(KilnFreshSnapshot, true),
-		r.cgo,
+	// Each scenario with the groups that run it, in the order they run.
+	all := []struct {
+		run    func(context.Context) error
+		groups []string
+	}{
+		{r.cold, []string{"cold", "noop", "kept", "edits"}},
+		{r.nativeWarm, []string{"noop", "kept"}},
+		{r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), []string{"edits"}},
+		{r.nativeIncremental(NativeShared, r.report.SharedEdit), []string{"edits"}},
+		{r.kilnCachesKept, []string{"kept"}},
+		{r.kilnWarm, []string{"noop"}},
+		{r.kilnIncremental(KilnOneBinary, r.report.OneBinaryEdit), []string{"edits"}},
+		{r.kilnIncremental(KilnShared, r.report.SharedEdit), []string{"edits"}},
+		{r.freshDaemon(KilnFreshLayers, false), []string{"fresh"}},
+		{r.freshDaemon(KilnFreshSnapshot, true), []string{"fresh"}},
+		{r.cgo, []string{"cgo"}},
+	}
+	r.report.Only = opts.Only
+	var scenarios []func(context.Context) error
+	for _, sc := range all {
+		if len(opts.Only) == 0 || slices.ContainsFunc(sc.groups, func(g string) bool { return slices.Contains(opts.Only, g) }) {
+			scenarios = append(scenarios, sc.run)
+		}
 	}
 	r.steps = len(scenarios)
 	for _, sc := range scenarios {

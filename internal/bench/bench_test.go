@@ -224,3 +224,41 @@ func TestARetriedScenarioIsReported(t *testing.T) {
 		}
 	}
 }
+
+// TestOnlyRunsTheNamedGroups: -only=cgo runs the cgo experiment's two
+// native builds and nothing else, and both reports say so; a group that
+// does not exist is refused before anything runs.
+func TestOnlyRunsTheNamedGroups(t *testing.T) {
+	module := fixture(t)
+	opts := options(t, module)
+	opts.Only = []string{"cold", "nodes"}
+	if _, _, err := bench.Run(context.Background(), opts); err == nil || !strings.Contains(err.Error(), `-only: no scenario group "nodes"`) || !strings.Contains(err.Error(), "cold, noop, kept, edits, fresh, cgo") {
+		t.Errorf("-only=cold,nodes: %v", err)
+	}
+	if entries, _ := os.ReadDir(opts.Out); len(entries) != 0 {
+		t.Errorf("a refused -only wrote %v", entries)
+	}
+
+	testdaemon.Buildkit(t)
+	opts.Only = []string{"cgo"}
+	report, _, err := bench.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range report.Scenarios {
+		names = append(names, s.Name)
+	}
+	if want := []string{bench.NativeCgoSplit, bench.NativeCgoUniform}; !slices.Equal(names, want) {
+		t.Errorf("-only=cgo ran %v, want %v", names, want)
+	}
+	var table bytes.Buffer
+	report.WriteTable(&table)
+	md, err := os.ReadFile(filepath.Join(opts.Out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "only the scenarios of cgo (-only)") || !strings.Contains(string(md), "Only the scenarios of cgo (-only)") {
+		t.Errorf("the reports do not say only cgo ran:\n%s\n%s", table.String(), md)
+	}
+}

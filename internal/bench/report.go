@@ -110,6 +110,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	for _, retried := range r.Retried {
 		fmt.Fprintf(w, "failed once and run again from its start: %s\n", retried)
 	}
+	if len(r.Only) > 0 {
+		fmt.Fprintf(w, "only the scenarios of %s (-only)\n", strings.Join(r.Only, ", "))
+	}
 	return nil
 }
 
@@ -121,6 +124,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 		r.Module, strings.Join(r.Binaries, ", "), strings.Join(r.Platforms, ", "), m.Cores, config.FormatSize(m.Memory), m.HostGo, m.Toolchain, m.BuildKit, m.KilnCommit)
 	for _, retried := range r.Retried {
 		fmt.Fprintf(w, "Failed once and run again from its start: %s.\n\n", retried)
+	}
+	if len(r.Only) > 0 {
+		fmt.Fprintf(w, "Only the scenarios of %s (-only), with the cold runs they start from.\n\n", strings.Join(r.Only, ", "))
 	}
 	if r.ModuleDownload != "" {
 		fmt.Fprintf(w, "Module download in the cold scenarios: %s.\n\n", r.ModuleDownload)
