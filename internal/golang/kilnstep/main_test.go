@@ -366,7 +366,8 @@ func largeCompiles(t *testing.T, kilnstep string) {
 func TestCPUTokensThatNeverComeOrAreNotFiles(t *testing.T) {
 	cpus := t.TempDir()
 	t.Setenv("GOMAXPROCS", "2")
-	runtime.GOMAXPROCS(2)
+	prev := runtime.GOMAXPROCS(2)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
 	for i := range 2 {
 		f, err := os.Create(filepath.Join(cpus, strconv.Itoa(i)))
 		if err != nil {
