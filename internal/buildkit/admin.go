@@ -97,6 +97,9 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 const (
 	ModuleLayerDir = "/go/pkg/mod"
 	ToolsDir       = "/kiln/tools"
+	// StdDir is the (empty) output of a step that compiled a platform's
+	// standard library into GOCACHE; the go build mounts it to wait for it.
+	StdDir = "/kiln/std"
 	// ToolchainStep begins the name of the step that unpacks the toolchain
 	// (the description of its record), followed by the Go version.
 	ToolchainStep = "[go] toolchain go"
@@ -109,11 +112,15 @@ const (
 // last used module layer, which would otherwise be extracted again from the
 // module cache, file by file (minutes for a large module graph), kiln's
 // step tool, which would be linked again, and the unpacked toolchain
-// (kindNewest, one of each).
+// (kindNewest, one of each). The standard library steps' records are empty
+// and kept: their work is in the Go cache mount, and without them the next
+// build would wait for go to check every standard package again.
 func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 	switch {
 	case u.RecordType == client.UsageRecordTypeCacheMount, u.RecordType == client.UsageRecordTypeLocalSource:
 		return string(u.RecordType), false
+	case strings.HasPrefix(u.Description, "mount "+StdDir+" from exec "):
+		return "standard library", false
 	case strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec "):
 		return "module layer", true
 	case strings.HasPrefix(u.Description, "mount "+ToolsDir+" from exec "):

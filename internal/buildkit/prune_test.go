@@ -8,7 +8,7 @@ import (
 	"github.com/moby/buildkit/client"
 )
 
-func TestPruneKeepsCachesSourcesAndTheLastModuleLayerToolAndToolchain(t *testing.T) {
+func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToolchain(t *testing.T) {
 	at := func(min int) *time.Time { x := time.Date(2026, 11, 30, 10, min, 0, 0, time.UTC); return &x }
 	usage := []*client.UsageInfo{
 		{ID: "gocache", RecordType: client.UsageRecordTypeCacheMount, Description: "cached mount /root/.cache/go-build from exec"},
@@ -17,6 +17,8 @@ func TestPruneKeepsCachesSourcesAndTheLastModuleLayerToolAndToolchain(t *testing
 		{ID: "modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v2", LastUsedAt: at(5)},
 		{ID: "tool", RecordType: client.UsageRecordTypeRegular, Description: "mount /kiln/tools from exec /usr/local/go/bin/go build -trimpath -o /kiln/tools/kilnstep main.go", LastUsedAt: at(3)},
 		{ID: "go-build", RecordType: client.UsageRecordTypeRegular, Description: "mount /out from exec /kiln/bin/kilnstep gobuild", LastUsedAt: at(9)},
+		{ID: "std-amd64", RecordType: client.UsageRecordTypeRegular, Description: "mount " + StdDir + " from exec /kiln/bin/kilnstep gobuild /kiln/keep /out  1 - -- go build fmt", LastUsedAt: at(6)},
+		{ID: "std-arm64", RecordType: client.UsageRecordTypeRegular, Description: "mount " + StdDir + " from exec /kiln/bin/kilnstep gobuild /kiln/keep /out  1 - -- go build fmt", LastUsedAt: at(7)},
 		{ID: "toolchain", RecordType: client.UsageRecordTypeRegular, Description: ToolchainStep + "1.26.8", LastUsedAt: at(4)},
 		{ID: "old-toolchain", RecordType: client.UsageRecordTypeRegular, Description: ToolchainStep + "1.26.7", LastUsedAt: at(2)},
 		{ID: "image-layer", RecordType: client.UsageRecordTypeRegular, Description: "mount / from exec /bin/sh"},

@@ -463,8 +463,68 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 	if after != nil {
 		extra = append(extra, llb.AddMount("/kiln/after", *after, llb.Readonly))
 	}
+	if std, ok := g.standardLibrary(target, side); ok {
+		extra = append(extra, llb.AddMount(buildkit.StdDir, std, llb.Readonly))
+	}
 	run := g.GoCommand(args, g.Sources(union), target, name, extra...)
 	return run.AddMount(outDir, llb.Scratch())
+}
+
+// StdStepName is the vertex name of the step that compiles a platform's
+// standard-library packages into GOCACHE while the modules download.
+func StdStepName(target ocispec.Platform) string {
+	return fmt.Sprintf("[%s] standard library", config.FormatPlatform(target))
+}
+
+// standardLibrary compiles the standard-library packages the binaries
+// import on target into the shared GOCACHE, with the go build's own flags
+// and environment, so the go build finds them there. It needs neither the
+// sources nor the modules, so it runs while the modules download, which
+// waits on the network: native go build downloads first, then compiles.
+// None when nothing downloads (vendored, or the standard library only):
+// there it would only split one go build in two.
+func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, bool) {
+	pkgs := g.Plan.Std[config.FormatPlatform(target)]
+	if len(g.Plan.Modules) == 0 || g.Plan.ModMode == plan.ModVendor || len(pkgs) == 0 {
+		return llb.State{}, false
+	}
+	cpus := "-"
+	if side > 1 {
+		cpus = cpuTokensDir
+	}
+	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, buildkit.StdDir, "", strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
+	// -ldflags reach no compile, and they carry the commit when stamped.
+	for _, a := range g.Plan.GoEnv.BuildArgs {
+		if !strings.HasPrefix(a, "-ldflags=") {
+			args = append(args, a)
+		}
+	}
+	args = append(args, pkgs...)
+	opts := []llb.RunOption{
+		llb.Args(args),
+		llb.Dir(srcDir),
+		readOnlyLayer(goroot, g.Toolchain),
+		// go.mod and go.work, so that go sees the build's module or
+		// workspace, in the environment every compile step shares.
+		llb.AddMount(srcDir, g.goModFiles(), llb.Readonly),
+		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
+		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
+		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		llb.AddMount(keepDir, llb.Scratch(), llb.Tmpfs()),
+		llb.Network(llb.NetModeNone),
+		llb.WithCustomName(StdStepName(target)),
+	}
+	if side > 1 {
+		opts = append(opts, llb.AddMount(cpuTokensDir, llb.Scratch(), llb.AsPersistentCacheDir(CPUTokensCacheID, llb.CacheMountShared)))
+	}
+	if g.seeded != nil {
+		opts = append(opts, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
+	}
+	for _, kv := range Env(g.Plan, target) {
+		k, v, _ := strings.Cut(kv, "=")
+		opts = append(opts, llb.AddEnv(k, v))
+	}
+	return g.base().Run(opts...).AddMount(buildkit.StdDir, llb.Scratch()), true
 }
 
 // packageArgs is the go list command that compiles the binaries' packages,

@@ -78,7 +78,13 @@ func TestCompileStepsShareOneGoEnvironment(t *testing.T) {
 	p := testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7")
 	all, _ := steps(t, p)
 	var want []string
-	for _, s := range compileSteps(t, all) {
+	compiles := compileSteps(t, all)
+	// The environment to match is a go build's: the standard library steps
+	// differ from it by design (no -ldflags).
+	slices.SortStableFunc(compiles, func(a, b step) int {
+		return cmpBool(strings.HasSuffix(a.name, "] standard library"), strings.HasSuffix(b.name, "] standard library"))
+	})
+	for _, s := range compiles {
 		var env []string
 		for _, kv := range s.op.GetExec().Meta.Env {
 			switch k, _, _ := strings.Cut(kv, "="); k {
@@ -90,7 +96,16 @@ func TestCompileStepsShareOneGoEnvironment(t *testing.T) {
 		if !slices.Contains(env, "CGO_ENABLED=0") {
 			t.Errorf("%s: CGO_ENABLED=0 missing from %v", s.name, env)
 		}
-		env = append(env, buildFlags(s.op.GetExec().Meta.Args)...)
+		flags := buildFlags(s.op.GetExec().Meta.Args)
+		if strings.HasSuffix(s.name, "] standard library") {
+			// It links nothing: the go build's flags but -ldflags.
+			ld := slices.IndexFunc(want, func(f string) bool { return strings.HasPrefix(f, "-ldflags=") })
+			if ld < 0 {
+				t.Fatalf("%s: no go build step with -ldflags to compare with", s.name)
+			}
+			flags = slices.Insert(flags, ld-len(env), want[ld])
+		}
+		env = append(env, flags...)
 		if want == nil {
 			want = env
 			continue
@@ -149,7 +164,10 @@ func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
 			}
 		}
 		want := []string{"/root/.cache/go-build=" + p.Cache.GoCache}
-		if e.Meta.Args[1] == "gobuild" {
+		if strings.HasSuffix(s.name, "] standard library") {
+			// It links nothing, so it keeps no binaries.
+			want = append([]string{"/kiln/cpus=kiln-cpu-tokens"}, want...)
+		} else if e.Meta.Args[1] == "gobuild" {
 			target := envValue(e.Meta.Env, "GOOS") + "/" + envValue(e.Meta.Env, "GOARCH")
 			if arm := envValue(e.Meta.Env, "GOARM"); arm != "" {
 				target += "/v" + arm
@@ -299,7 +317,7 @@ func TestGoBuildsRunTwoSideBySide(t *testing.T) {
 	sides := map[string]string{}
 	for _, s := range compileSteps(t, mustSteps(t, testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7"))) {
 		e := s.op.GetExec()
-		if e.Meta.Args[1] != "gobuild" {
+		if e.Meta.Args[1] != "gobuild" || strings.HasSuffix(s.name, "] standard library") {
 			continue
 		}
 		sides[s.name] = e.Meta.Args[5] + " " + e.Meta.Args[6]
@@ -327,6 +345,78 @@ func TestGoBuildsRunTwoSideBySide(t *testing.T) {
 		for _, m := range e.Mounts {
 			if m.Dest == "/kiln/cpus" {
 				t.Errorf("a lone platform's %s mounts CPU tokens", s.name)
+			}
+		}
+	}
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+// Each platform's standard library compiles while the modules download: its
+// step reads neither the modules nor anything made from them, and that
+// platform's go build waits for it. Where nothing downloads (vendored, or
+// the standard library only) there is no such step.
+func TestStandardLibraryCompilesWhileTheModulesDownload(t *testing.T) {
+	p := testPlan(t, "linux/amd64,linux/arm64")
+	if len(p.Modules) == 0 {
+		t.Fatal("this repository's binaries download no module; the test needs some")
+	}
+	all, raw := steps(t, p)
+	byDigest := map[string]step{}
+	for i, s := range all {
+		byDigest[string(digestOf(raw[i]))] = s
+	}
+	var reaches func(s step, name string) bool
+	reaches = func(s step, name string) bool {
+		for _, in := range s.op.Inputs {
+			dep := byDigest[in.Digest]
+			if dep.name == name || dep.op != nil && reaches(dep, name) {
+				return true
+			}
+		}
+		return false
+	}
+	found := map[string]bool{}
+	for _, s := range all { // every image's definition: a step may come twice
+		plat, ok := strings.CutSuffix(strings.TrimPrefix(s.name, "["), "] standard library")
+		if !ok {
+			continue
+		}
+		found[plat] = true
+		if reaches(s, "[go] go mod download") || reaches(s, "[go] module layer") {
+			t.Errorf("%s waits for the module download", s.name)
+		}
+		args := s.op.GetExec().Meta.Args
+		if got := args[len(args)-len(p.Std[plat]):]; !slices.Equal(got, p.Std[plat]) || !slices.Contains(p.Std[plat], "runtime") {
+			t.Errorf("%s compiles %v, want the plan's %d standard packages for %s", s.name, got, len(p.Std[plat]), plat)
+		}
+		for _, b := range all {
+			if b.name == "["+plat+"] go build" && !reaches(b, s.name) {
+				t.Errorf("%s does not wait for %s", b.name, s.name)
+			}
+		}
+	}
+	if want := map[string]bool{"linux/amd64": true, "linux/arm64": true}; !maps.Equal(found, want) {
+		t.Errorf("standard library steps for %v, want %v", found, want)
+	}
+
+	for name, change := range map[string]func(*plan.Plan){
+		"vendored":              func(p *plan.Plan) { p.ModMode = plan.ModVendor },
+		"standard library only": func(p *plan.Plan) { p.Modules = nil },
+	} {
+		q := *p
+		change(&q)
+		for _, s := range mustSteps(t, &q) {
+			if strings.HasSuffix(s.name, "] standard library") {
+				t.Errorf("%s: a step %s, with nothing to download beside it", name, s.name)
 			}
 		}
 	}

@@ -58,6 +58,9 @@ type Plan struct {
 	// in their own step; empty when they use the standard library only or
 	// come from vendor/.
 	Modules []string `json:"modules"`
+	// Std are the standard-library packages the binaries import, by target
+	// platform (FormatPlatform): compiled while the modules download.
+	Std map[string][]string `json:"std,omitempty"`
 	// ModMode is how compiles find modules: vendor, readonly or mod (go's -mod).
 	ModMode string `json:"modMode"`
 	// ModModeFrom says what chose ModMode, for the plan and errors.
@@ -480,6 +483,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	imported := map[string]bool{}
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
+	std := map[string]map[string]bool{}
 	binModule, execName := map[string]string{}, map[string]string{}
 	pkgs := make([]string, len(cfg.Binaries))
 	for i, b := range cfg.Binaries {
@@ -538,6 +542,13 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 			for _, dep := range closure(byPath, main.ImportPath) {
 				imported[dep] = true
 				lp := byPath[dep]
+				if lp.Standard {
+					id := config.FormatPlatform(plat)
+					if std[id] == nil {
+						std[id] = map[string]bool{}
+					}
+					std[id][dep] = true
+				}
 				if lp.Standard || lp.Module == nil {
 					continue
 				}
@@ -564,6 +575,10 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name]), ExecName: execName[b.Name]})
 	}
 	p.Modules = sortedSet(modules)
+	p.Std = map[string][]string{}
+	for id, pkgs := range std {
+		p.Std[id] = sortedSet(pkgs)
+	}
 	return imported, nil
 }
 

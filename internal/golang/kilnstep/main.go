@@ -62,7 +62,8 @@ func main() {
 	case len(os.Args) > 8 && os.Args[1] == "gobuild" && os.Args[7] == "--":
 		var side int
 		if side, err = strconv.Atoi(os.Args[5]); err == nil && side > 0 {
-			err = gobuild(os.Args[2], os.Args[3], strings.Split(os.Args[4], ","), withParallelism(os.Args[8:], side, os.Args[6]))
+			names := slices.DeleteFunc(strings.Split(os.Args[4], ","), func(n string) bool { return n == "" }) // none: packages only
+			err = gobuild(os.Args[2], os.Args[3], names, withParallelism(os.Args[8:], side, os.Args[6]))
 		} else {
 			err = fmt.Errorf("gobuild: SIDE %q is not a positive number", os.Args[5])
 		}
