@@ -484,6 +484,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
 	std := map[string]map[string]bool{}
+	hostGoroot := "" // of the go that listed the packages
 	binModule, execName := map[string]string{}, map[string]string{}
 	pkgs := make([]string, len(cfg.Binaries))
 	for i, b := range cfg.Binaries {
@@ -543,6 +544,9 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 				imported[dep] = true
 				lp := byPath[dep]
 				if lp.Standard {
+					if hostGoroot == "" && lp.Dir != "" {
+						hostGoroot = strings.TrimSuffix(filepath.ToSlash(lp.Dir), "/src/"+dep)
+					}
 					id := config.FormatPlatform(plat)
 					if std[id] == nil {
 						std[id] = map[string]bool{}
@@ -575,11 +579,25 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name]), ExecName: execName[b.Name]})
 	}
 	p.Modules = sortedSet(modules)
-	p.Std = map[string][]string{}
-	for id, pkgs := range std {
-		p.Std[id] = sortedSet(pkgs)
+	// Another Go than the pinned toolchain (mage run under GOTOOLCHAIN, say)
+	// has other standard packages: then the go build compiles them itself.
+	if hostGoVersion(hostGoroot) == "go"+p.Toolchain.GoVersion {
+		p.Std = map[string][]string{}
+		for id, pkgs := range std {
+			p.Std[id] = sortedSet(pkgs)
+		}
 	}
 	return imported, nil
+}
+
+// hostGoVersion is the version in a GOROOT's VERSION file, "" if unreadable.
+func hostGoVersion(goroot string) string {
+	dt, err := os.ReadFile(filepath.Join(filepath.FromSlash(goroot), "VERSION"))
+	if goroot == "" || err != nil {
+		return ""
+	}
+	first, _, _ := strings.Cut(string(dt), "\n")
+	return strings.TrimSpace(first)
 }
 
 // closure is pkg and every package it imports, directly or not, in byPath.
