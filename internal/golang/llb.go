@@ -430,10 +430,7 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 	for _, b := range bins {
 		names = append(names, ExecFile(b, target))
 	}
-	cpus := "-"
-	if side > 1 {
-		cpus = cpuTokensDir
-	}
+	cpus, tokens := cpuTokens(side)
 	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
 	if g.TraceCompiles {
 		args = append(args, "-x")
@@ -453,10 +450,7 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 		}
 		keep = llb.AddMount(keepDir, llb.Scratch(), llb.AsPersistentCacheDir(id, llb.CacheMountLocked))
 	}
-	extra := []llb.RunOption{llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly), keep}
-	if side > 1 {
-		extra = append(extra, llb.AddMount(cpuTokensDir, llb.Scratch(), llb.AsPersistentCacheDir(CPUTokensCacheID, llb.CacheMountShared)))
-	}
+	extra := append([]llb.RunOption{llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly), keep}, tokens...)
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}
@@ -488,10 +482,7 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 	if len(g.Plan.Modules) == 0 || g.Plan.ModMode == plan.ModVendor || len(pkgs) == 0 {
 		return llb.State{}, false
 	}
-	cpus := "-"
-	if side > 1 {
-		cpus = cpuTokensDir
-	}
+	cpus, tokens := cpuTokens(side)
 	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, buildkit.StdDir, "", strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
 	// -ldflags reach no compile, and they carry the commit when stamped.
 	for _, a := range g.Plan.GoEnv.BuildArgs {
@@ -500,31 +491,23 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 		}
 	}
 	args = append(args, pkgs...)
-	opts := []llb.RunOption{
-		llb.Args(args),
-		llb.Dir(srcDir),
-		readOnlyLayer(goroot, g.Toolchain),
-		// go.mod and go.work, so that go sees the build's module or
-		// workspace, in the environment every compile step shares.
-		llb.AddMount(srcDir, g.goModFiles(), llb.Readonly),
-		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
-		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
-		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
-		llb.AddMount(keepDir, llb.Scratch(), llb.Tmpfs()),
-		llb.Network(llb.NetModeNone),
-		llb.WithCustomName(StdStepName(target)),
-	}
-	if side > 1 {
-		opts = append(opts, llb.AddMount(cpuTokensDir, llb.Scratch(), llb.AsPersistentCacheDir(CPUTokensCacheID, llb.CacheMountShared)))
-	}
+	extra := append([]llb.RunOption{llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly), llb.AddMount(keepDir, llb.Scratch(), llb.Tmpfs())}, tokens...)
 	if g.seeded != nil {
-		opts = append(opts, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
+		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
 	}
-	for _, kv := range Env(g.Plan, target) {
-		k, v, _ := strings.Cut(kv, "=")
-		opts = append(opts, llb.AddEnv(k, v))
+	// Only go.mod and go.work of the sources, so that go sees the build's
+	// module or workspace, and no modules.
+	run := g.goCommand(args, g.goModFiles(), nil, target, StdStepName(target), extra...)
+	return run.AddMount(buildkit.StdDir, llb.Scratch()), true
+}
+
+// cpuTokens is the CPUS argument of kilnstep gobuild and the mount of the
+// tokens, for a go build that runs beside side-1 others.
+func cpuTokens(side int) (string, []llb.RunOption) {
+	if side <= 1 {
+		return "-", nil
 	}
-	return g.base().Run(opts...).AddMount(buildkit.StdDir, llb.Scratch()), true
+	return cpuTokensDir, []llb.RunOption{llb.AddMount(cpuTokensDir, llb.Scratch(), llb.AsPersistentCacheDir(CPUTokensCacheID, llb.CacheMountShared))}
 }
 
 // packageArgs is the go list command that compiles the binaries' packages,
@@ -588,17 +571,26 @@ func withSymbols(args []string) []string {
 // the toolchain, sources, modules and build cache mounted, no network, and
 // the environment of Env only. Every compile step is one.
 func (g *Graph) GoCommand(args []string, src llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
+	return g.goCommand(args, src, &g.Modules, target, name, extra...)
+}
+
+// goCommand is GoCommand with the modules mounted only when given.
+func (g *Graph) goCommand(args []string, src llb.State, modules *llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
 	opts := []llb.RunOption{
 		llb.Args(args),
 		llb.Dir(srcDir),
 		readOnlyLayer(goroot, g.Toolchain),
 		llb.AddMount(srcDir, src, llb.Readonly),
-		readOnlyLayer(goModCache, g.Modules),
+	}
+	if modules != nil {
+		opts = append(opts, readOnlyLayer(goModCache, *modules))
+	}
+	opts = append(opts,
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName(name),
-	}
+	)
 	for _, kv := range Env(g.Plan, target) {
 		k, v, _ := strings.Cut(kv, "=")
 		opts = append(opts, llb.AddEnv(k, v))
