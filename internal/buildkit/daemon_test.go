@@ -105,3 +105,26 @@ func TestPlainTCPBeyondLoopbackIsRefusedBeforeDialling(t *testing.T) {
 		t.Errorf("loopback without TLS gave %v; want a plain dial error", err)
 	}
 }
+
+// TestThisRepositoryRunsTheDefaultDaemonConfig: this repository's
+// build/buildkitd.toml is the example adopters copy, and the daemon its own
+// builds and benches run; a copy that drifts from kiln's default (as when the
+// default went to three parallel steps) measures another daemon.
+func TestThisRepositoryRunsTheDefaultDaemonConfig(t *testing.T) {
+	project, err := os.ReadFile(buildkit.ProjectConfig(testdaemon.RepoRoot(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &buildkit.Managed{Dir: t.TempDir()}
+	path, err := m.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(project) != string(def) {
+		t.Fatal("build/buildkitd.toml differs from internal/buildkit/tools/buildkitd.toml: copy the default over it, or change both")
+	}
+}
