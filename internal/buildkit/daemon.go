@@ -143,7 +143,9 @@ func (m *Managed) LogFile() string { return filepath.Join(m.Dir, "buildkitd.log"
 func (m *Managed) Address() string { return "unix://" + m.socket() }
 
 // Binary is the path of the cached buildkitd binary.
-func (m *Managed) Binary() string { return filepath.Join(m.BinDir, "buildkitd-"+Version) }
+func (m *Managed) Binary() string {
+	return filepath.Join(m.BinDir, "buildkitd-"+Version+"-"+binaryKey())
+}
 
 // Ensure returns a client of a running managed daemon, starting it when
 // needed. A file lock makes concurrent callers start one daemon.
@@ -303,10 +305,14 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	// 145 s instead of 200 s from a cold cache on two cores. Its paths
 	// matter to nobody: buildkitd is a tool, never an output. -s -w: a
 	// shorter link and a smaller file.
-	cmd := exec.CommandContext(ctx, "go", "build",
+	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
+	overlay, err := writeOverlay(ctx, tools, env)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-overlay="+overlay,
 		"-ldflags=-s -w -X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
-	cmd.Dir = tools
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
+	cmd.Dir, cmd.Env = tools, env
 	// A build of a minute or more says it is still going.
 	start, done := time.Now(), make(chan struct{})
 	go func() {
@@ -396,7 +402,6 @@ func (m *Managed) start(ctx context.Context) error {
 		"--addr", m.Address(),
 		"--config", config,
 		"--oci-worker=true",
-		"--containerd-worker=false",
 	}
 	cmd := exec.Command(m.Binary(), args...)
 	cmd.Env = daemonEnv(os.Environ())

@@ -140,6 +140,10 @@ func JobCacheImports(imports []client.CacheOptionsEntry) []client.CacheOptionsEn
 	return out
 }
 
+// managedCacheTypes are the layer cache backends the managed buildkitd
+// keeps; the patch drops gha, s3 and azblob.
+var managedCacheTypes = []string{"registry", "local", "inline"}
+
 // CacheEntries parses a layer cache from the flag, else the configuration.
 func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, error) {
 	value, source := flag, name
@@ -152,6 +156,9 @@ func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, er
 	spec, err := config.ParseCache(value)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if !slices.Contains(managedCacheTypes, spec.Type) && os.Getenv(HostEnv) == "" {
+		return nil, fmt.Errorf("%s: a %s cache needs a BuildKit daemon that has that backend, and kiln's managed buildkitd has only %s (tools/buildkitd.patch): set %s to such a daemon", source, spec.Type, strings.Join(managedCacheTypes, ", "), HostEnv)
 	}
 	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
 }

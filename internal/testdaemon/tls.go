@@ -71,7 +71,7 @@ func TLSBuildkit(t *testing.T) *TLSDaemon {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(m.Binary(), "--root", filepath.Join(dir, "state"), "--addr", d.Addr, "--config", config,
-		"--oci-worker=true", "--containerd-worker=false",
+		"--oci-worker=true",
 		"--tlscacert", filepath.Join(server, "ca.pem"), "--tlscert", filepath.Join(server, "cert.pem"), "--tlskey", filepath.Join(server, "key.pem"))
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

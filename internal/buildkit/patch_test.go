@@ -1,0 +1,118 @@
+package buildkit
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestThePatchCutsWhatTheManagedDaemonNeverRuns applies the embedded patch to
+// the pinned BuildKit as the build does: the containerd worker's files are
+// gone from the overlay, the kept files no longer import the dropped
+// backends, and what kiln uses is still there.
+func TestThePatchCutsWhatTheManagedDaemonNeverRuns(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "go.mod"), toolsGoMod, 0o644)
+	os.WriteFile(filepath.Join(dir, "go.sum"), toolsGoSum, 0o644)
+	path, err := writeOverlay(t.Context(), dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var overlay struct{ Replace map[string]string }
+	if err := json.Unmarshal(b, &overlay); err != nil {
+		t.Fatal(err)
+	}
+	patched := map[string]string{}
+	for orig, repl := range overlay.Replace {
+		if !strings.Contains(orig, "github.com/moby/buildkit@"+Version+"/cmd/buildkitd/") {
+			t.Errorf("the overlay replaces %s, outside the pinned cmd/buildkitd", orig)
+		}
+		base := filepath.Base(orig)
+		if repl == "" {
+			patched[base] = ""
+			continue
+		}
+		src, err := os.ReadFile(repl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		patched[base] = string(src)
+	}
+	for _, gone := range []string{"main_containerd_worker.go", "main_containerd_worker_unix.go"} {
+		if src, ok := patched[gone]; !ok || src != "" {
+			t.Errorf("%s is not deleted by the overlay", gone)
+		}
+	}
+	for file, cuts := range map[string][]string{
+		"main.go":            {"remotecache/s3", "remotecache/azblob", "remotecache/gha", "frontend/dockerfile/builder", "detect/jaeger", "policy-helpers"},
+		"main_oci_worker.go": {"stargz-snapshotter", "fuse-overlayfs-snapshotter"},
+	} {
+		src, ok := patched[file]
+		if !ok || src == "" {
+			t.Fatalf("the overlay has no patched %s", file)
+		}
+		for _, cut := range cuts {
+			if strings.Contains(src, cut) {
+				t.Errorf("patched %s still imports %s", file, cut)
+			}
+		}
+	}
+	for _, kept := range []string{`"registry": registryremotecache.ResolveCacheExporterFunc`, `"local":`, `"inline":`, `frontends["gateway.v0"]`} {
+		if !strings.Contains(patched["main.go"], kept) {
+			t.Errorf("patched main.go lost %s", kept)
+		}
+	}
+	if !strings.Contains(patched["main_oci_worker.go"], `case "overlayfs":`) {
+		t.Error("patched main_oci_worker.go lost the overlayfs snapshotter")
+	}
+}
+
+// TestAPatchThatNoLongerAppliesStopsTheBuild: against other sources (another
+// BuildKit), the build stops with the patch's name and the remedy, and
+// writes no overlay.
+func TestAPatchThatNoLongerAppliesStopsTheBuild(t *testing.T) {
+	saved := buildkitdPatch
+	defer func() { buildkitdPatch = saved }()
+	buildkitdPatch = []byte(strings.Replace(string(saved), "\n-\t\"github.com/moby/buildkit/cache/remotecache/gha\"\n", "\n-\t\"github.com/moby/buildkit/cache/remotecache/ghb\"\n", 1))
+	if string(buildkitdPatch) == string(saved) {
+		t.Fatal("the test's edit did not reach the patch")
+	}
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "go.mod"), toolsGoMod, 0o644)
+	os.WriteFile(filepath.Join(dir, "go.sum"), toolsGoSum, 0o644)
+	_, err := writeOverlay(t.Context(), dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly"))
+	if err == nil || !strings.Contains(err.Error(), "buildkitd.patch does not apply") || !strings.Contains(err.Error(), "main.go") {
+		t.Fatalf("got %v, want the patch and the file it does not apply to", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "overlay.json")); err == nil {
+		t.Error("an overlay was written although the patch did not apply")
+	}
+}
+
+// TestACacheBackendTheManagedDaemonLacksIsRefusedFirst: a gha, s3 or azblob
+// cache for the managed daemon is refused before anything starts, naming
+// the flag and the remedy; with BUILDKIT_HOST it is the daemon's to judge.
+func TestACacheBackendTheManagedDaemonLacksIsRefusedFirst(t *testing.T) {
+	t.Setenv(HostEnv, "")
+	for _, spec := range []string{"type=s3,bucket=b,region=r", "type=gha", "type=azblob,account_url=https://a"} {
+		_, err := CacheEntries(spec, "", "-cacheto")
+		if err == nil || !strings.Contains(err.Error(), "-cacheto") || !strings.Contains(err.Error(), HostEnv) {
+			t.Errorf("%s: got %v, want the flag and %s named", spec, err, HostEnv)
+		}
+	}
+	for _, spec := range []string{"type=registry,ref=localhost:5000/c", "type=local,dest=/tmp/c", "type=inline"} {
+		if _, err := CacheEntries(spec, "", "-cacheto"); err != nil {
+			t.Errorf("%s: %v", spec, err)
+		}
+	}
+	t.Setenv(HostEnv, "tcp://buildkitd.example:1234")
+	if _, err := CacheEntries("type=s3,bucket=b,region=r", "", "-cacheto"); err != nil {
+		t.Errorf("with %s set: %v", HostEnv, err)
+	}
+}
