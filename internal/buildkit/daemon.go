@@ -306,12 +306,11 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	// matter to nobody: buildkitd is a tool, never an output. -s -w: a
 	// shorter link and a smaller file.
 	env := append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly")
-	overlay, err := writeOverlay(ctx, tools, env)
-	if err != nil {
+	if err := writePatchedCommand(ctx, tools, env); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-overlay="+overlay,
-		"-ldflags=-s -w -X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "github.com/moby/buildkit/cmd/buildkitd")
+	cmd := exec.CommandContext(ctx, "go", "build",
+		"-ldflags=-s -w -X github.com/moby/buildkit/version.Version="+Version, "-o", tmp, "./"+patchedCommand)
 	cmd.Dir, cmd.Env = tools, env
 	// A build of a minute or more says it is still going.
 	start, done := time.Now(), make(chan struct{})

@@ -34,53 +34,69 @@ func binaryKey() string {
 	return hex.EncodeToString(h.Sum(nil))[:12]
 }
 
-// writeOverlay applies buildkitdPatch to the BuildKit module's files as the
-// tools module in dir resolves them, writes the results under dir and
-// returns a go build -overlay file that puts them in place of the originals
-// (a deleted file is an empty replacement). Nothing in the module cache is
-// written.
-func writeOverlay(ctx context.Context, dir string, env []string) (string, error) {
+// patchedCommand is the tools module's package that copies BuildKit's
+// cmd/buildkitd with buildkitdPatch applied; the module cache's own files
+// are read-only to go (no -overlay there), so the copy is what builds.
+const patchedCommand = "buildkitd"
+
+// writePatchedCommand copies the BuildKit module's cmd/buildkitd, as the
+// tools module in dir resolves it, into dir/buildkitd with buildkitdPatch
+// applied: its own files (tests left out), less those the patch deletes.
+// Nothing in the module cache is written.
+func writePatchedCommand(ctx context.Context, dir string, env []string) error {
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/moby/buildkit")
 	cmd.Dir, cmd.Env = dir, env
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("download github.com/moby/buildkit %s: %w\n%s", Version, err, stderrOf(err))
+		return fmt.Errorf("download github.com/moby/buildkit %s: %w\n%s", Version, err, stderrOf(err))
 	}
 	var mod struct{ Dir, Error string }
 	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		return "", fmt.Errorf("download github.com/moby/buildkit %s: %s %v", Version, mod.Error, err)
+		return fmt.Errorf("download github.com/moby/buildkit %s: %s %v", Version, mod.Error, err)
 	}
-	files, _, err := gitdiff.Parse(bytes.NewReader(buildkitdPatch))
+	const upstream = "cmd/buildkitd"
+	files := map[string][]byte{}
+	entries, err := os.ReadDir(filepath.Join(mod.Dir, upstream))
 	if err != nil {
-		return "", fmt.Errorf("internal/buildkit/tools/buildkitd.patch: %w", err)
+		return err
 	}
-	overlay := map[string]string{}
-	for i, f := range files {
-		orig := filepath.Join(mod.Dir, filepath.FromSlash(f.OldName))
-		src, err := os.ReadFile(orig)
-		if err != nil {
-			return "", fmt.Errorf("internal/buildkit/tools/buildkitd.patch: %w", err)
+	for _, e := range entries {
+		if name := e.Name(); e.Type().IsRegular() && strings.HasSuffix(name, ".go") && !strings.HasSuffix(name, "_test.go") {
+			if files[name], err = os.ReadFile(filepath.Join(mod.Dir, upstream, name)); err != nil {
+				return err
+			}
+		}
+	}
+	diffs, _, err := gitdiff.Parse(bytes.NewReader(buildkitdPatch))
+	if err != nil {
+		return fmt.Errorf("internal/buildkit/tools/buildkitd.patch: %w", err)
+	}
+	for _, f := range diffs {
+		name, ok := strings.CutPrefix(f.OldName, upstream+"/")
+		src, found := files[name]
+		if !ok || !found || strings.Contains(name, "/") || f.NewName != f.OldName && !f.IsDelete {
+			return fmt.Errorf("internal/buildkit/tools/buildkitd.patch changes %s, which is not a file of BuildKit %s's %s", f.OldName, Version, upstream)
 		}
 		var patched bytes.Buffer
 		if err := gitdiff.Apply(&patched, bytes.NewReader(src), f); err != nil {
-			return "", fmt.Errorf("internal/buildkit/tools/buildkitd.patch does not apply to BuildKit %s's %s (%w): the patch is for %s only; write it again for this version", Version, f.OldName, err, Version)
+			return fmt.Errorf("internal/buildkit/tools/buildkitd.patch does not apply to BuildKit %s's %s (%w): the patch is for %s only; write it again for this version", Version, f.OldName, err, Version)
 		}
 		if f.IsDelete {
-			overlay[orig] = ""
-			continue
+			delete(files, name)
+		} else {
+			files[name] = patched.Bytes()
 		}
-		path := filepath.Join(dir, fmt.Sprintf("patched-%d-%s", i, filepath.Base(f.NewName)))
-		if err := os.WriteFile(path, patched.Bytes(), 0o644); err != nil {
-			return "", err
+	}
+	pkg := filepath.Join(dir, patchedCommand)
+	if err := os.Mkdir(pkg, 0o755); err != nil {
+		return err
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(pkg, name), b, 0o644); err != nil {
+			return err
 		}
-		overlay[orig] = path
 	}
-	b, err := json.Marshal(map[string]map[string]string{"Replace": overlay})
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, "overlay.json")
-	return path, os.WriteFile(path, b, 0o644)
+	return nil
 }
 
 func stderrOf(err error) string {

@@ -1,7 +1,6 @@
 package buildkit
 
 import (
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,43 +9,38 @@ import (
 
 // TestThePatchCutsWhatTheManagedDaemonNeverRuns applies the embedded patch to
 // the pinned BuildKit as the build does: the containerd worker's files are
-// gone from the overlay, the kept files no longer import the dropped
+// not in the copy, the patched files no longer import the dropped
 // backends, and what kiln uses is still there.
 func TestThePatchCutsWhatTheManagedDaemonNeverRuns(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "go.mod"), toolsGoMod, 0o644)
 	os.WriteFile(filepath.Join(dir, "go.sum"), toolsGoSum, 0o644)
-	path, err := writeOverlay(t.Context(), dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var overlay struct{ Replace map[string]string }
-	if err := json.Unmarshal(b, &overlay); err != nil {
+	if err := writePatchedCommand(t.Context(), dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")); err != nil {
 		t.Fatal(err)
 	}
 	patched := map[string]string{}
-	for orig, repl := range overlay.Replace {
-		if !strings.Contains(orig, "github.com/moby/buildkit@"+Version+"/cmd/buildkitd/") {
-			t.Errorf("the overlay replaces %s, outside the pinned cmd/buildkitd", orig)
-		}
-		base := filepath.Base(orig)
-		if repl == "" {
-			patched[base] = ""
-			continue
-		}
-		src, err := os.ReadFile(repl)
+	entries, err := os.ReadDir(filepath.Join(dir, patchedCommand))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, patchedCommand, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		patched[base] = string(src)
+		patched[e.Name()] = string(b)
+	}
+	if _, ok := patched["main_unix.go"]; !ok {
+		t.Error("an unpatched file of cmd/buildkitd, main_unix.go, is not in the copy")
+	}
+	for name := range patched {
+		if strings.HasSuffix(name, "_test.go") {
+			t.Errorf("the copy has BuildKit's test file %s", name)
+		}
 	}
 	for _, gone := range []string{"main_containerd_worker.go", "main_containerd_worker_unix.go"} {
-		if src, ok := patched[gone]; !ok || src != "" {
-			t.Errorf("%s is not deleted by the overlay", gone)
+		if _, ok := patched[gone]; ok {
+			t.Errorf("%s is in the copy, not deleted", gone)
 		}
 	}
 	for file, cuts := range map[string][]string{
@@ -54,8 +48,8 @@ func TestThePatchCutsWhatTheManagedDaemonNeverRuns(t *testing.T) {
 		"main_oci_worker.go": {"stargz-snapshotter", "fuse-overlayfs-snapshotter"},
 	} {
 		src, ok := patched[file]
-		if !ok || src == "" {
-			t.Fatalf("the overlay has no patched %s", file)
+		if !ok {
+			t.Fatalf("the copy has no %s", file)
 		}
 		for _, cut := range cuts {
 			if strings.Contains(src, cut) {
@@ -75,7 +69,7 @@ func TestThePatchCutsWhatTheManagedDaemonNeverRuns(t *testing.T) {
 
 // TestAPatchThatNoLongerAppliesStopsTheBuild: against other sources (another
 // BuildKit), the build stops with the patch's name and the remedy, and
-// writes no overlay.
+// writes no copy.
 func TestAPatchThatNoLongerAppliesStopsTheBuild(t *testing.T) {
 	saved := buildkitdPatch
 	defer func() { buildkitdPatch = saved }()
@@ -86,12 +80,12 @@ func TestAPatchThatNoLongerAppliesStopsTheBuild(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "go.mod"), toolsGoMod, 0o644)
 	os.WriteFile(filepath.Join(dir, "go.sum"), toolsGoSum, 0o644)
-	_, err := writeOverlay(t.Context(), dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly"))
+	err := writePatchedCommand(t.Context(), dir, append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly"))
 	if err == nil || !strings.Contains(err.Error(), "buildkitd.patch does not apply") || !strings.Contains(err.Error(), "main.go") {
 		t.Fatalf("got %v, want the patch and the file it does not apply to", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "overlay.json")); err == nil {
-		t.Error("an overlay was written although the patch did not apply")
+	if _, err := os.Stat(filepath.Join(dir, patchedCommand)); err == nil {
+		t.Error("a copy was written although the patch did not apply")
 	}
 }
 
