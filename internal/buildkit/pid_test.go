@@ -2,12 +2,14 @@ package buildkit
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A pid file that outlived its daemon may name a process that reuses the
@@ -32,5 +34,69 @@ func TestStalePidFileNeverSignalsAnotherProcess(t *testing.T) {
 	}
 	if err := sleep.Process.Signal(syscall.Signal(0)); err != nil {
 		t.Fatalf("the unrelated process was signalled: %v", err)
+	}
+}
+
+// TestStopStopsTheDaemonAnOlderKilnStarted: after an upgrade the managed
+// daemon still runs the buildkitd file the older kiln built (another name
+// in the same BinDir); buildkit:stop stops it. The same program outside
+// BinDir is not kiln's, and is left alone.
+func TestStopStopsTheDaemonAnOlderKilnStarted(t *testing.T) {
+	shPath, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog, err := os.ReadFile(shPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	m := &Managed{Dir: dir, BinDir: filepath.Join(dir, "bin")}
+	for _, c := range []struct {
+		path string
+		ours bool
+	}{
+		{filepath.Join(m.BinDir, "buildkitd-v0.0.1"), true},
+		{filepath.Join(dir, "elsewhere", "buildkitd-v0.0.1"), false},
+	} {
+		os.MkdirAll(filepath.Dir(c.path), 0o755)
+		if err := os.WriteFile(c.path, prog, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		// A shell that waits on a pipe, its arguments a daemon's.
+		daemon := exec.Command(c.path, "-c", "read x", "--root", m.stateDir())
+		stdin, err := daemon.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer stdin.Close()
+		if err := daemon.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { daemon.Wait(); close(done) }()
+		os.WriteFile(m.pidFile(), []byte(strconv.Itoa(daemon.Process.Pid)+"\n"), 0o600)
+		// Just after exec the kernel may show an empty command line.
+		for i := 0; i < 200; i++ {
+			if cl, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", daemon.Process.Pid)); len(cl) > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		stopped, err := m.Stop(context.Background())
+		if err != nil || stopped != c.ours {
+			t.Errorf("%s: Stop = %v, %v; want stopped %v", c.path, stopped, err, c.ours)
+		}
+		if !c.ours {
+			if err := daemon.Process.Signal(syscall.Signal(0)); err != nil {
+				t.Errorf("%s, outside BinDir, was signalled: %v", c.path, err)
+			}
+		}
+		daemon.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not end", c.path)
+		}
 	}
 }
