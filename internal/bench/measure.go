@@ -36,7 +36,7 @@ const (
 )
 
 // processGroup names the group of a process by its comm (at most 15
-// bytes: kiln's daemon is buildkitd-v0.34.2, seen as buildkitd-v0.34).
+// bytes: kiln's daemon is buildkitd-v0.34.2-<key>, seen as buildkitd-v0.34).
 func processGroup(comm string) string {
 	switch {
 	case strings.HasPrefix(comm, "buildkitd"):

@@ -300,6 +300,12 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		cacheTo, cacheFrom, goCacheTo, goCacheFrom = nil, nil, "", ""
 		req.cacheSuffix = ReleaseCacheSuffix
 	}
+	if err := buildkit.CheckCacheBackend(cacheTo, opts.CacheTo, "-cacheto"); err != nil {
+		return nil, err
+	}
+	if err := buildkit.CheckCacheBackend(cacheFrom, opts.CacheFrom, "-cachefrom"); err != nil {
+		return nil, err
+	}
 	pinned, signing, err := goCacheKeys(opts, req.cfg, goCacheTo != "")
 	if err != nil {
 		return nil, err

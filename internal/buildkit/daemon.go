@@ -161,7 +161,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 
 	if c, err := m.connect(ctx, 2*time.Second); err == nil {
 		if pid, ok := m.Running(); ok {
-			if exe, _ := m.exe(pid); exe != m.Binary() {
+			if exe, _ := m.exe(pid); filepath.Base(exe) != filepath.Base(m.Binary()) {
 				log.G(ctx).Warnf("the managed buildkitd (pid %d) runs %s, which another kiln built; this kiln's is %s: run `go run mage.go buildkit:stop`, and the next build starts this one", pid, filepath.Base(exe), filepath.Base(m.Binary()))
 			}
 		}
@@ -228,8 +228,8 @@ func (m *Managed) PID() (int, bool) {
 
 // Running reports whether the managed daemon's process is alive. A pid
 // file can outlive its process (a reboot, a kill -9) and the pid be reused:
-// only a process running the managed binary on this state directory counts,
-// so kiln never signals anyone else's process.
+// only a process running a buildkitd kiln built into BinDir on this state
+// directory counts, so kiln never signals anyone else's process.
 func (m *Managed) Running() (int, bool) {
 	pid, ok := m.PID()
 	return pid, ok && alive(pid) && m.owns(pid)
@@ -250,18 +250,23 @@ func (m *Managed) owns(pid int) bool {
 	return bytes.Contains(cmdline, []byte("\x00--root\x00"+m.stateDir()+"\x00"))
 }
 
-// exe is the kiln-built buildkitd in BinDir that pid runs.
+// exe is the kiln-built buildkitd in BinDir that pid runs: the file of
+// that name in BinDir must be the very file pid runs (a path string alone
+// can name another mount namespace's file, or a symlinked cache dir differ).
 func (m *Managed) exe(pid int) (string, bool) {
-	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	link, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || !strings.HasPrefix(filepath.Base(link), "buildkitd-") {
+		return "", false
+	}
+	running, err := os.Stat(fmt.Sprintf("/proc/%d/exe", pid))
 	if err != nil {
 		return "", false
 	}
-	exe = strings.TrimSuffix(exe, " (deleted)")
-	bin, err := filepath.Abs(m.BinDir)
-	if err != nil || filepath.Dir(exe) != filepath.Clean(bin) || !strings.HasPrefix(filepath.Base(exe), "buildkitd-") {
+	candidate := filepath.Join(m.BinDir, filepath.Base(link))
+	if fi, err := os.Stat(candidate); err != nil || !os.SameFile(running, fi) {
 		return "", false
 	}
-	return exe, true
+	return candidate, true
 }
 
 func (m *Managed) stateDir() string { return filepath.Join(m.Dir, "state") }
@@ -442,8 +447,11 @@ func daemonEnv(env []string) []string {
 	var out []string
 	gogc := false
 	for _, kv := range env {
-		name, _, _ := strings.Cut(kv, "=")
-		if !slices.Contains(secretEnv, name) {
+		name, value, _ := strings.Cut(kv, "=")
+		// The patch cut the jaeger exporter; asked for, it would stop
+		// the daemon from starting, for traces nobody reads here.
+		jaeger := name == "OTEL_TRACES_EXPORTER" && value == "jaeger"
+		if !slices.Contains(secretEnv, name) && !jaeger {
 			out = append(out, kv)
 		}
 		gogc = gogc || name == "GOGC"

@@ -22,9 +22,9 @@ import (
 //go:embed tools/buildkitd.patch
 var buildkitdPatch []byte
 
-// binaryKey names the managed buildkitd by everything it is built from: the
-// tools module and the patch. A binary of another kiln's tools is another
-// file, so neither kiln runs the other's.
+// binaryKey names the managed buildkitd by what kiln carries to build it:
+// the tools module and the patch. Another kiln's binary is another file, so
+// a kiln never takes it for its own.
 func binaryKey() string {
 	h := sha256.New()
 	for _, b := range [][]byte{toolsGoMod, toolsGoSum, buildkitdPatch} {
@@ -47,12 +47,10 @@ func writePatchedCommand(ctx context.Context, dir string, env []string) error {
 	cmd := exec.CommandContext(ctx, "go", "mod", "download", "-json", "github.com/moby/buildkit")
 	cmd.Dir, cmd.Env = dir, env
 	out, err := cmd.Output()
-	if err != nil {
-		return fmt.Errorf("download github.com/moby/buildkit %s: %w\n%s", Version, err, stderrOf(err))
-	}
 	var mod struct{ Dir, Error string }
-	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
-		return fmt.Errorf("download github.com/moby/buildkit %s: %s %v", Version, mod.Error, err)
+	json.Unmarshal(out, &mod) // go writes a failed download's reason here, not to stderr
+	if err != nil || mod.Dir == "" {
+		return fmt.Errorf("download github.com/moby/buildkit %s: %s %v %s", Version, mod.Error, err, stderrOf(err))
 	}
 	const upstream = "cmd/buildkitd"
 	files := map[string][]byte{}
@@ -79,7 +77,7 @@ func writePatchedCommand(ctx context.Context, dir string, env []string) error {
 		}
 		var patched bytes.Buffer
 		if err := gitdiff.Apply(&patched, bytes.NewReader(src), f); err != nil {
-			return fmt.Errorf("internal/buildkit/tools/buildkitd.patch does not apply to BuildKit %s's %s (%w): the patch is for %s only; write it again for this version", Version, f.OldName, err, Version)
+			return fmt.Errorf("internal/buildkit/tools/buildkitd.patch does not apply to BuildKit %s's %s (%w): it was written for another BuildKit; write it again for %s", Version, f.OldName, err, Version)
 		}
 		if f.IsDelete {
 			delete(files, name)

@@ -3,6 +3,7 @@ package buildkit
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -94,19 +95,44 @@ func TestAPatchThatNoLongerAppliesStopsTheBuild(t *testing.T) {
 // the flag and the remedy; with BUILDKIT_HOST it is the daemon's to judge.
 func TestACacheBackendTheManagedDaemonLacksIsRefusedFirst(t *testing.T) {
 	t.Setenv(HostEnv, "")
+	check := func(spec string) error {
+		entries, err := CacheEntries(spec, "", "-cacheto")
+		if err != nil {
+			return err
+		}
+		return CheckCacheBackend(entries, spec, "-cacheto")
+	}
 	for _, spec := range []string{"type=s3,bucket=b,region=r", "type=gha", "type=azblob,account_url=https://a"} {
-		_, err := CacheEntries(spec, "", "-cacheto")
+		err := check(spec)
 		if err == nil || !strings.Contains(err.Error(), "-cacheto") || !strings.Contains(err.Error(), HostEnv) {
 			t.Errorf("%s: got %v, want the flag and %s named", spec, err, HostEnv)
 		}
 	}
 	for _, spec := range []string{"type=registry,ref=localhost:5000/c", "type=local,dest=/tmp/c", "type=inline"} {
-		if _, err := CacheEntries(spec, "", "-cacheto"); err != nil {
+		if err := check(spec); err != nil {
 			t.Errorf("%s: %v", spec, err)
 		}
 	}
 	t.Setenv(HostEnv, "tcp://buildkitd.example:1234")
-	if _, err := CacheEntries("type=s3,bucket=b,region=r", "", "-cacheto"); err != nil {
+	if err := check("type=s3,bucket=b,region=r"); err != nil {
 		t.Errorf("with %s set: %v", HostEnv, err)
+	}
+}
+
+// TestTheDaemonIsNotAskedForTheExporterThePatchCut: a shell that exports
+// OTEL_TRACES_EXPORTER=jaeger would stop the patched daemon from starting;
+// the variable does not reach it, and every other tracing setting does.
+func TestTheDaemonIsNotAskedForTheExporterThePatchCut(t *testing.T) {
+	env := daemonEnv([]string{"OTEL_TRACES_EXPORTER=jaeger", "OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317", "PATH=/bin"})
+	if slices.Contains(env, "OTEL_TRACES_EXPORTER=jaeger") {
+		t.Error("OTEL_TRACES_EXPORTER=jaeger reaches the daemon")
+	}
+	for _, kept := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4317", "PATH=/bin"} {
+		if !slices.Contains(env, kept) {
+			t.Errorf("%s does not reach the daemon", kept)
+		}
+	}
+	if env := daemonEnv([]string{"OTEL_TRACES_EXPORTER=otlp"}); !slices.Contains(env, "OTEL_TRACES_EXPORTER=otlp") {
+		t.Error("OTEL_TRACES_EXPORTER=otlp does not reach the daemon")
 	}
 }

@@ -157,10 +157,23 @@ func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, er
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
 	}
-	if !slices.Contains(managedCacheTypes, spec.Type) && os.Getenv(HostEnv) == "" {
-		return nil, fmt.Errorf("%s: a %s cache needs a BuildKit daemon that has that backend, and kiln's managed buildkitd has only %s (tools/buildkitd.patch): set %s to such a daemon", source, spec.Type, strings.Join(managedCacheTypes, ", "), HostEnv)
-	}
 	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
+}
+
+// CheckCacheBackend refuses, before anything starts, a layer cache that
+// CacheEntries parsed (same arguments) of a backend the managed buildkitd
+// lacks, when it is the daemon the build runs on.
+func CheckCacheBackend(entries []client.CacheOptionsEntry, flag, name string) error {
+	source := name
+	if flag == "" {
+		source = config.File + " cache"
+	}
+	for _, e := range entries {
+		if !slices.Contains(managedCacheTypes, e.Type) && os.Getenv(HostEnv) == "" {
+			return fmt.Errorf("%s: a %s cache needs a BuildKit daemon that has that backend, and kiln's managed buildkitd has only %s (tools/buildkitd.patch): set %s to such a daemon", source, e.Type, strings.Join(managedCacheTypes, ", "), HostEnv)
+		}
+	}
+	return nil
 }
 
 // Resolver is a registry client for kiln's own reads (snapshots, base
