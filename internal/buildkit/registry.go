@@ -1,6 +1,7 @@
 package buildkit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -146,10 +147,7 @@ var managedCacheTypes = []string{"registry", "local", "inline"}
 
 // CacheEntries parses a layer cache from the flag, else the configuration.
 func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, error) {
-	value, source := flag, name
-	if value == "" {
-		value, source = configured, config.File+" cache"
-	}
+	value, source := cmp.Or(flag, configured), cacheSource(flag, name)
 	if value == "" {
 		return nil, nil
 	}
@@ -160,20 +158,26 @@ func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, er
 	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
 }
 
-// CheckCacheBackend refuses, before anything starts, a layer cache that
-// CacheEntries parsed (same arguments) of a backend the managed buildkitd
-// lacks, when it is the daemon the build runs on.
+// CheckCacheBackend refuses, before anything starts, a layer cache of a
+// backend the managed buildkitd lacks, when it is the daemon the build runs
+// on; flag and name are CacheEntries' own, to name where the cache was set.
 func CheckCacheBackend(entries []client.CacheOptionsEntry, flag, name string) error {
-	source := name
-	if flag == "" {
-		source = config.File + " cache"
-	}
+	source := cacheSource(flag, name)
 	for _, e := range entries {
 		if !slices.Contains(managedCacheTypes, e.Type) && os.Getenv(HostEnv) == "" {
 			return fmt.Errorf("%s: a %s cache needs a BuildKit daemon that has that backend, and kiln's managed buildkitd has only %s (tools/buildkitd.patch): set %s to such a daemon", source, e.Type, strings.Join(managedCacheTypes, ", "), HostEnv)
 		}
 	}
 	return nil
+}
+
+// cacheSource names where a layer cache was set: the flag, else the
+// configuration file.
+func cacheSource(flag, name string) string {
+	if flag == "" {
+		return config.File + " cache"
+	}
+	return name
 }
 
 // Resolver is a registry client for kiln's own reads (snapshots, base
