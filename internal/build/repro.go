@@ -2,19 +2,24 @@ package build
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
-// reproCache is the Go build cache id of the isolated second build; it is
-// emptied before and after, so that build shares nothing with the first.
-const reproCache = "kiln-repro-gocache"
+// reproCache begins the Go build cache id of an isolated build. Each
+// isolated session adds a random suffix and empties its cache after use:
+// two sessions on one daemon (a team's remote daemon, parallel test
+// packages) share nothing, and neither prunes the other's.
+const reproCache = "kiln-repro-gocache-"
 
 // ReproOutcome is the result of building one commit twice.
 type ReproOutcome struct {
@@ -78,22 +83,25 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 // for all its images, on an empty Go build cache of its own; cleanup
 // empties that cache again.
 func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
-	if err := s.pruneReproCache(ctx); err != nil {
+	suffix := make([]byte, 8)
+	if _, err := rand.Read(suffix); err != nil {
 		return nil, nil, err
 	}
+	id := reproCache + hex.EncodeToString(suffix)
 	plan := *s.Plan
-	plan.Cache.GoCache = reproCache
+	plan.Cache.GoCache = id
 	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
 	iso.NoCache = true
-	return iso, func() { s.pruneReproCache(context.WithoutCancel(ctx)) }, nil
+	return iso, func() { s.pruneReproCache(context.WithoutCancel(ctx), id) }, nil
 }
 
-func (s *Session) pruneReproCache(ctx context.Context) error {
-	filter := client.WithFilter([]string{"type==" + string(client.UsageRecordTypeCacheMount) + ",description~=" + reproCache})
+// pruneReproCache empties the isolated cache id; a failure only leaves it
+// to the daemon's garbage collection.
+func (s *Session) pruneReproCache(ctx context.Context, id string) {
+	filter := client.WithFilter([]string{"type==" + string(client.UsageRecordTypeCacheMount) + ",description~=" + id})
 	if err := s.daemon.Prune(ctx, nil, filter, client.PruneAll); err != nil {
-		return fmt.Errorf("empty the isolated Go cache on %s: %w", s.daemon.Address, err)
+		log.G(ctx).Warnf("could not empty the isolated Go cache %s on %s: %v", id, s.daemon.Address, err)
 	}
-	return nil
 }
 
 // Rebuild builds every image once in isolation, as Repro's second build
