@@ -16,14 +16,13 @@ import (
 	"time"
 
 	"github.com/kiln-build/kiln/internal/build"
-	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
 func TestImagesIntegration(t *testing.T) {
-	d := testdaemon.Shared(t)
+	testdaemon.Shared(t)
 	root := testdaemon.RepoRoot(t)
 	ctx := context.Background()
 	opts := build.Options{Root: root, Platforms: "linux/amd64,linux/arm64", Progress: "quiet", OutDir: t.TempDir()}
@@ -500,33 +499,6 @@ func TestImagesIntegration(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(img.Ref+"\t"+img.Digest+"\tidentical") + `$`).Match(out) {
 				t.Errorf("%s %s: not reported identical by verify:repro under go1.27.3:\n%s", img.Ref, img.Digest, out)
 			}
-		}
-	})
-
-	// A tree of its own: the daemon serves other packages' tests too, and
-	// one of them building this repository between the prune and the
-	// build would leave its go builds nothing to do.
-	t.Run("buildkit:prune keeps the module layer: only the go builds run again", func(t *testing.T) {
-		o := editedCopy(t, opts, "")
-		testdaemon.AppendLine(t, filepath.Join(o.Root, "pkg/agent/agent.go"), "\n// Built, pruned and built again by TestImagesIntegration.\n")
-		built, err := build.Images(ctx, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := buildkit.PruneUnkept(ctx, d, nil); err != nil {
-			t.Fatal(err)
-		}
-		o.OutDir = t.TempDir()
-		again, err := build.Images(ctx, o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sameDigests(t, built.Images, again.Images)
-		if ran := again.Ran("module layer"); len(ran) != 0 {
-			t.Errorf("the module layer was made again after buildkit:prune: %v", ran)
-		}
-		if ran := again.Ran("go build"); len(ran) != 2 {
-			t.Errorf("the go builds after buildkit:prune: %v, want both platforms' (the prune removed their outputs)", ran)
 		}
 	})
 
