@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
 func TestImagesIntegration(t *testing.T) {
-	testdaemon.Shared(t)
+	d := testdaemon.Shared(t)
 	root := testdaemon.RepoRoot(t)
 	ctx := context.Background()
 	opts := build.Options{Root: root, Platforms: "linux/amd64,linux/arm64", Progress: "quiet", OutDir: t.TempDir()}
@@ -499,6 +500,25 @@ func TestImagesIntegration(t *testing.T) {
 			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(img.Ref+"\t"+img.Digest+"\tidentical") + `$`).Match(out) {
 				t.Errorf("%s %s: not reported identical by verify:repro under go1.27.3:\n%s", img.Ref, img.Digest, out)
 			}
+		}
+	})
+
+	t.Run("buildkit:prune keeps the module layer: only the go builds run again", func(t *testing.T) {
+		if err := buildkit.PruneUnkept(ctx, d, nil); err != nil {
+			t.Fatal(err)
+		}
+		o := opts
+		o.OutDir = t.TempDir()
+		again, err := build.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDigests(t, first, again.Images)
+		if ran := again.Ran("module layer"); len(ran) != 0 {
+			t.Errorf("the module layer was made again after buildkit:prune: %v", ran)
+		}
+		if ran := again.Ran("go build"); len(ran) != 2 {
+			t.Errorf("the go builds after buildkit:prune: %v, want both platforms' (the prune removed their outputs)", ran)
 		}
 	})
 

@@ -122,8 +122,8 @@ func mageBinary(t *testing.T) string {
 
 // TestOneManagedDaemon runs builds that need a managed daemon of their own
 // but not a cold one each, on the daemon the first part starts: concurrent
-// first starts, the context's .dockerignore, buildkit:prune, an interrupted
-// build, and last a build whose daemon is killed.
+// first starts, the context's .dockerignore, an interrupted build, and last
+// a build whose daemon is killed.
 func TestOneManagedDaemon(t *testing.T) {
 	m := testdaemon.ManagedCache(t)
 	mage := mageBinary(t)
@@ -208,42 +208,6 @@ func TestOneManagedDaemon(t *testing.T) {
 			}
 		}
 	})
-	// Here, not on the daemon other packages share: buildkit:prune removes
-	// every record it does not keep, whoever made it, and keeps the newest
-	// module layer, whoever made that.
-	t.Run("buildkit:prune keeps the module layer: only the go build runs again", func(t *testing.T) {
-		ctx := context.Background()
-		opts := build.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Progress: "quiet", OutDir: t.TempDir()}
-		built, err := build.Images(ctx, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := buildkit.Dial(ctx, m.Address())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if err := buildkit.PruneUnkept(ctx, &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}, nil); err != nil {
-			t.Fatal(err)
-		}
-		opts.OutDir = t.TempDir()
-		again, err := build.Images(ctx, opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range built.Images {
-			if built.Images[i].Digest != again.Images[i].Digest {
-				t.Errorf("%s: digest %s, then %s after buildkit:prune", built.Images[i].Name, built.Images[i].Digest, again.Images[i].Digest)
-			}
-		}
-		if ran := again.Ran("module layer"); len(ran) != 0 {
-			t.Errorf("the module layer was made again after buildkit:prune: %v", ran)
-		}
-		if ran := again.Ran("go build"); len(ran) != 1 {
-			t.Errorf("the go builds after buildkit:prune: %v, want linux/amd64's (the prune removed its outputs)", ran)
-		}
-	})
-
 	t.Run("an interrupt exits 130 and leaves nothing partial", func(t *testing.T) {
 		tree := t.TempDir()
 		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)

@@ -11,15 +11,17 @@ import (
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
 // reproCache begins the Go build cache id of an isolated build. Each
 // isolated session adds a random suffix and empties its cache after use:
-// two sessions on one daemon (a team's remote daemon, parallel test
-// packages) share nothing, and neither prunes the other's.
-const reproCache = "kiln-repro-gocache-"
+// two sessions on one daemon (a team's remote daemon) share no Go cache,
+// and neither empties the other's. buildkit:prune removes what an
+// interrupted one left.
+const reproCache = buildkit.IsolatedCachePrefix
 
 // ReproOutcome is the result of building one commit twice.
 type ReproOutcome struct {
@@ -81,7 +83,7 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 
 // isolated is a session on the same daemon that re-runs every step, once
 // for all its images, on an empty Go build cache of its own; cleanup
-// empties that cache again.
+// empties that cache.
 func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	suffix := make([]byte, 8)
 	if _, err := rand.Read(suffix); err != nil {
@@ -95,8 +97,8 @@ func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	return iso, func() { s.pruneReproCache(context.WithoutCancel(ctx), id) }, nil
 }
 
-// pruneReproCache empties the isolated cache id; a failure only leaves it
-// to the daemon's garbage collection.
+// pruneReproCache empties the isolated cache id; a failure leaves it to
+// the next buildkit:prune or the daemon's garbage collection.
 func (s *Session) pruneReproCache(ctx context.Context, id string) {
 	filter := client.WithFilter([]string{"type==" + string(client.UsageRecordTypeCacheMount) + ",description~=" + id})
 	if err := s.daemon.Prune(ctx, nil, filter, client.PruneAll); err != nil {

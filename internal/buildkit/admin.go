@@ -105,8 +105,13 @@ const (
 	ToolchainStep = "[go] toolchain go"
 )
 
+// IsolatedCachePrefix begins the cache mount id of an isolated rebuild's
+// Go build cache (verify:repro, release:verify): a random suffix follows.
+const IsolatedCachePrefix = "kiln-repro-gocache-"
+
 // keptKind says what Prune keeps of a record unless told to remove
-// everything: all Go cache mounts, which make the next cold build fast, and
+// everything: all Go cache mounts (but an isolated rebuild's, left by an
+// interrupted run), which make the next cold build fast, and
 // all the local sources' transfer state, so the next build sends only what
 // changed of the toolchain (135 MB) and the repository (kindAll); and the
 // last used module layer, which would otherwise be extracted again from the
@@ -117,6 +122,9 @@ const (
 // build would wait for go to check every standard package again.
 func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 	switch {
+	case u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, `with id "`+IsolatedCachePrefix):
+		// An isolated rebuild's Go cache that an interrupted run left.
+		return "", false
 	case u.RecordType == client.UsageRecordTypeCacheMount, u.RecordType == client.UsageRecordTypeLocalSource:
 		return string(u.RecordType), false
 	case strings.HasPrefix(u.Description, "mount "+StdDir+" from exec "):

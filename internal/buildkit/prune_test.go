@@ -12,6 +12,7 @@ func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToo
 	at := func(min int) *time.Time { x := time.Date(2026, 11, 30, 10, min, 0, 0, time.UTC); return &x }
 	usage := []*client.UsageInfo{
 		{ID: "gocache", RecordType: client.UsageRecordTypeCacheMount, Description: "cached mount /root/.cache/go-build from exec"},
+		{ID: "left-by-an-isolated-rebuild", RecordType: client.UsageRecordTypeCacheMount, Description: `cached mount /root/.cache/go-build from exec go build with id "` + IsolatedCachePrefix + `0123456789abcdef"`},
 		{ID: "context", RecordType: client.UsageRecordTypeLocalSource, Description: "local source for context"},
 		{ID: "old-modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v1", LastUsedAt: at(1)},
 		{ID: "modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v2", LastUsedAt: at(5)},
@@ -25,7 +26,7 @@ func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToo
 	}
 	got := unkept(usage)
 	slices.Sort(got)
-	if want := []string{"go-build", "image-layer", "old-modules", "old-toolchain"}; !slices.Equal(got, want) {
+	if want := []string{"go-build", "image-layer", "left-by-an-isolated-rebuild", "old-modules", "old-toolchain"}; !slices.Equal(got, want) {
 		t.Errorf("pruned %v, want %v", got, want)
 	}
 }

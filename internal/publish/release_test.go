@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/moby/buildkit/client"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	spdxjson "github.com/spdx/tools-golang/json"
@@ -59,7 +60,7 @@ func statements(t *testing.T, out string) []map[string]json.RawMessage {
 }
 
 func TestRelease(t *testing.T) {
-	testdaemon.Shared(t)
+	d := testdaemon.Shared(t)
 	reg := testdaemon.StartRegistry(t)
 	ctx := context.Background()
 	// A tagged copy of this repository: release:verify checks the tag out.
@@ -295,6 +296,16 @@ func TestRelease(t *testing.T) {
 	}
 	if !vo.OK() || vo.Commit != first.Commit || len(vo.Images) != 2 {
 		t.Fatalf("release:verify of the release: %+v", vo)
+	}
+	// The isolated Go cache (and the binaries kept beside it) is emptied.
+	usage, err := d.DiskUsage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range usage {
+		if u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, buildkit.IsolatedCachePrefix) {
+			t.Errorf("release:verify left its isolated cache: %s (%d bytes)", u.Description, u.Size)
+		}
 	}
 	for _, img := range vo.Images {
 		if strings.Join(img.Compared, ",") != releasePlatforms || !img.Identical || img.Rebuilt != img.Digest {

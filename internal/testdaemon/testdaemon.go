@@ -5,12 +5,10 @@ package testdaemon
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/containerd/platforms"
@@ -112,91 +110,26 @@ var shared struct {
 }
 
 // Shared is Buildkit for tests whose subject is not the daemon's state: one
-// daemon for every test binary of one `go test` run (the binaries' common
-// parent), so a later test's build of the same tree is warm, in this
-// package or another; identical steps that two packages run at once run
-// once. The package's TestMain calls StopShared; the last binary to let go
-// stops the daemon.
+// daemon per test binary, so a later test's build of the same tree is warm.
+// The package's TestMain calls StopShared.
 func Shared(t *testing.T) *buildkit.Daemon {
 	t.Helper()
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.daemon == nil {
-		shared.daemon, shared.stop = startShared(t)
+		shared.daemon, shared.stop = startBuildkit(t, "")
 	}
 	t.Setenv(buildkit.HostEnv, shared.daemon.Address)
 	return shared.daemon
 }
 
-// StopShared lets go of the daemon Shared started, if any, and stops it
-// when no other test binary of the run uses it.
+// StopShared stops the daemon Shared started, if any.
 func StopShared() {
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.stop != nil {
 		shared.stop()
 		shared.daemon, shared.stop = nil, nil
-	}
-}
-
-// startShared joins the run's daemon, starting it if no binary has. Every
-// user holds a shared flock on the run's users file while it uses the
-// daemon; one that gets the exclusive lock at its end is the last, and
-// stops it. A user that joins while the last one is stopping waits for it
-// and then starts a new daemon.
-func startShared(t *testing.T) (*buildkit.Daemon, func()) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("integration test: needs buildkitd")
-	}
-	Toolchain(t)
-	m, err := buildkit.DefaultManaged(RepoRoot(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A short path: unix socket paths are limited to 108 bytes.
-	m.Dir = filepath.Join(os.TempDir(), fmt.Sprintf("kiln-bk-run%d", os.Getppid()))
-	users, err := lockUsers(m.Dir + ".users")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := m.Ensure(context.Background())
-	if err != nil {
-		users.Close()
-		Unavailable(t, "cannot start buildkitd: %v", err)
-	}
-	stop := func() {
-		c.Close()
-		defer users.Close()
-		if syscall.Flock(int(users.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) != nil {
-			return // another binary still uses it
-		}
-		m.Stop(context.Background())
-		os.RemoveAll(m.Dir)
-		os.Remove(users.Name())
-	}
-	return &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}, stop
-}
-
-// lockUsers takes a shared flock on path. The last user removes the file
-// while it holds the exclusive lock, so a lock taken on a removed file is
-// dropped and taken again on the new one.
-func lockUsers(path string) (*os.File, error) {
-	for {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-		if err != nil {
-			return nil, err
-		}
-		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_SH); err != nil {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		held, err1 := f.Stat()
-		named, err2 := os.Stat(path)
-		if err1 == nil && err2 == nil && os.SameFile(held, named) {
-			return f, nil
-		}
-		f.Close()
 	}
 }
 
