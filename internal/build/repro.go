@@ -16,13 +16,6 @@ import (
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
-// reproCache begins the Go build cache id of an isolated build. Each
-// isolated session adds a random suffix and empties its cache after use:
-// two sessions on one daemon (a team's remote daemon) share no Go cache,
-// and neither empties the other's. buildkit:prune removes what an
-// interrupted one left.
-const reproCache = buildkit.IsolatedCachePrefix
-
 // ReproOutcome is the result of building one commit twice.
 type ReproOutcome struct {
 	First, Second []ImageResult
@@ -82,14 +75,17 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 }
 
 // isolated is a session on the same daemon that re-runs every step, once
-// for all its images, on an empty Go build cache of its own; cleanup
-// empties that cache.
+// for all its images, on an empty Go build cache of its own: its id is
+// buildkit.IsolatedCachePrefix and a random suffix, so two sessions on one
+// daemon (a team's remote daemon) share no Go cache, and neither empties the
+// other's. cleanup empties it; buildkit:prune removes what an interrupted
+// session left.
 func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	suffix := make([]byte, 8)
 	if _, err := rand.Read(suffix); err != nil {
 		return nil, nil, err
 	}
-	id := reproCache + hex.EncodeToString(suffix)
+	id := buildkit.IsolatedCachePrefix + hex.EncodeToString(suffix)
 	plan := *s.Plan
 	plan.Cache.GoCache = id
 	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
