@@ -4,10 +4,14 @@
 package testdaemon
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -169,8 +173,10 @@ func startBuildkit(t *testing.T, extra string) (*buildkit.Daemon, func()) {
 		os.RemoveAll(dir)
 		Unavailable(t, "cannot start buildkitd: %v", err)
 	}
+	name := t.Name()
 	stop := func() {
 		c.Close()
+		reportCPU(m, name)
 		m.Stop(context.Background())
 		os.RemoveAll(dir)
 	}
@@ -220,6 +226,7 @@ func ManagedCache(t *testing.T) *buildkit.Managed {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		reportCPU(m, t.Name())
 		m.Stop(context.Background())
 		os.RemoveAll(dir)
 	})
@@ -249,4 +256,36 @@ func CosignKeyPair(t testing.TB, password string) string {
 		t.Fatalf("cosign generate-key-pair: %v\n%s", err, out)
 	}
 	return dir
+}
+
+// reportCPU appends the CPU seconds a test daemon and the steps it ran
+// used to $KILN_TEST_DAEMON_CPU, so that CI can say which tests compile
+// the most inside BuildKit (a step's processes are reaped by runc, and runc
+// by buildkitd, so their time is in buildkitd's cutime).
+func reportCPU(m *buildkit.Managed, test string) {
+	out := os.Getenv("KILN_TEST_DAEMON_CPU")
+	pid, ok := m.PID()
+	if out == "" || !ok {
+		return
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return
+	}
+	// The fields after the command's closing parenthesis, from state on.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 15 {
+		return
+	}
+	var ticks [4]float64
+	for i := range ticks {
+		ticks[i], _ = strconv.ParseFloat(fields[11+i], 64)
+	}
+	const hz = 100 // USER_HZ on Linux
+	f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%.0f\t%.0f\t%s\n", (ticks[2]+ticks[3])/hz, (ticks[0]+ticks[1])/hz, test)
 }
