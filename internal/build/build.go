@@ -176,6 +176,9 @@ func load(opts Options) (*request, error) {
 	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images}
 	if cache, err := buildkit.CacheDir(); err == nil {
 		po.ListCache = filepath.Join(cache, "golist")
+		// A plan without a daemon (`mage plan`) lists with the pinned go
+		// when a build fetched it already.
+		po.ListGo = pinnedGo(cfg, hostPlatform(), cache)
 	}
 	if opts.BinaryPlatforms != "" {
 		if po.BinaryPlatforms, err = config.ParsePlatforms(opts.BinaryPlatforms); err != nil {
@@ -384,10 +387,18 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 	if err != nil {
 		return nil, err
 	}
-	if host := config.FormatPlatform(ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}); config.FormatPlatform(bp) != host {
+	if config.FormatPlatform(bp) != config.FormatPlatform(hostPlatform()) {
 		log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
 	}
 	req.po.BuildPlatform = &bp
+	if tc, err := plan.PinnedToolchain(req.cfg, bp); err == nil && runsHere(bp) {
+		// Fetched before the plan, which it lists with (pinnedGo). Without
+		// it the go on PATH lists, as before the first fetch.
+		if _, err := golang.FetchToolchain(ctx, tc, cache); err != nil {
+			log.G(ctx).Warnf("listing the packages with the go on PATH: %v", err)
+		}
+	}
+	req.po.ListGo = pinnedGo(req.cfg, bp, cache)
 	p, err := plan.Resolve(req.root, req.cfg, req.po)
 	if err != nil {
 		return nil, err
@@ -411,6 +422,36 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 		maps.Copy(locals, fetch.Locals())
 	}
 	return &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, attach: attach}, nil
+}
+
+// hostPlatform is the platform of a linux worker on this machine.
+func hostPlatform() ocispec.Platform {
+	return ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
+}
+
+// pinnedGo is the go command of the pinned toolchain for the worker's
+// platform bp when it is on this machine and runs here, else "". The
+// packages are then listed by the Go that compiles them, so that the plan
+// (each binary's files, the standard library step) and every step are the
+// same whatever Go runs kiln. Where it cannot run (a remote worker of
+// another architecture, a mac), the go on PATH lists.
+func pinnedGo(cfg *config.Config, bp ocispec.Platform, cache string) string {
+	if !runsHere(bp) {
+		return ""
+	}
+	tc, err := plan.PinnedToolchain(cfg, bp)
+	if err != nil {
+		return "" // plan.Resolve reports it
+	}
+	goCmd := filepath.Join(golang.ToolchainDir(tc, cache), "bin", "go")
+	if _, err := os.Stat(goCmd); err != nil {
+		return ""
+	}
+	return goCmd
+}
+
+func runsHere(bp ocispec.Platform) bool {
+	return runtime.GOOS == "linux" && config.FormatPlatform(bp) == config.FormatPlatform(hostPlatform())
 }
 
 func (s *Session) Close() { s.daemon.Close() }

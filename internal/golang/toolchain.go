@@ -28,11 +28,16 @@ import (
 
 const toolchainModulePath = "golang.org/toolchain"
 
+// ToolchainDir is where FetchToolchain extracts the toolchain.
+func ToolchainDir(tc plan.Toolchain, cacheDir string) string {
+	return filepath.Join(cacheDir, "toolchain", tc.SHA256)
+}
+
 // FetchToolchain makes the pinned toolchain available as a directory under
 // cacheDir and returns it. The archive comes from the first usable GOPROXY
 // entry and must match the pinned sha256; a verified extraction is reused.
 func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (string, error) {
-	dir := filepath.Join(cacheDir, "toolchain", tc.SHA256)
+	dir := ToolchainDir(tc, cacheDir)
 	if _, err := os.Stat(filepath.Join(dir, "bin", "go")); err == nil {
 		return dir, nil
 	}

@@ -49,8 +49,16 @@ type fileHead struct {
 	Head    string `json:"head"`
 }
 
-// listCache answers go list runs from earlier ones; a zero one never does.
-type listCache struct{ dir string }
+// listCache runs go (gocmd, the go on PATH when empty) and answers from
+// the runs it kept in dir; a zero one never does.
+type listCache struct{ dir, gocmd string }
+
+func (c listCache) goCommand() string {
+	if c.gocmd == "" {
+		return "go"
+	}
+	return c.gocmd
+}
 
 // Reads are the files and directories a plan's go list runs read
 // (absolute paths), for a later build to tell by their stat that nothing
@@ -83,7 +91,7 @@ func (c listCache) run(reads *Reads, dir string, env []string, deps func(out str
 func (c listCache) answer(dir string, env []string, deps func(out string) (dirs, files []string), args []string) (string, *listRecord, error) {
 	key, ok := c.key(dir, env, args)
 	if !ok {
-		out, err := run(dir, env, "go", args...)
+		out, err := run(dir, env, c.goCommand(), args...)
 		return out, nil, err
 	}
 	path := filepath.Join(c.dir, key+".json")
@@ -91,7 +99,7 @@ func (c listCache) answer(dir string, env []string, deps func(out string) (dirs,
 		return rec.Out, rec, nil
 	}
 	start := time.Now()
-	out, err := run(dir, env, "go", args...)
+	out, err := run(dir, env, c.goCommand(), args...)
 	if err != nil {
 		return out, nil, err
 	}
@@ -127,7 +135,7 @@ func (c listCache) key(dir string, env, args []string) (string, bool) {
 	if c.dir == "" {
 		return "", false
 	}
-	gobin, err := exec.LookPath("go")
+	gobin, err := exec.LookPath(c.goCommand())
 	if err != nil {
 		return "", false
 	}

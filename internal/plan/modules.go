@@ -127,7 +127,14 @@ func (p *Plan) listEnv() []string {
 	if slices.Contains(strings.Fields(os.Getenv("GOFLAGS")), "-modcacherw") {
 		flags += " -modcacherw"
 	}
-	return []string{"GOWORK=" + gowork, "GOFLAGS=" + flags}
+	env := []string{"GOWORK=" + gowork, "GOFLAGS=" + flags}
+	if p.lists.gocmd != "" {
+		// The pinned go lists as it is, with its own GOROOT, whatever the
+		// caller has: a go that switched toolchains (GOTOOLCHAIN) sets
+		// GOROOT for what it runs, mage and kiln among them.
+		env = append(env, "GOTOOLCHAIN=local", "GOROOT=")
+	}
+	return env
 }
 
 // modMode chooses go's -mod the way go itself would: an explicit -mod in the

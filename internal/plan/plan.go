@@ -145,6 +145,10 @@ type Options struct {
 	// ListCache is a folder where go list answers are kept for the next
 	// plan of the same tree; none when empty.
 	ListCache string
+	// ListGo is the go command that lists the packages: the pinned
+	// toolchain's where it runs on this machine, so that another Go on the
+	// host changes neither the plan nor a step. The go on PATH when empty.
+	ListGo string
 	// Platforms replaces the configured target platforms when non-empty.
 	Platforms []ocispec.Platform
 	// Stamp stamps git describe, commit and tree state (release builds).
@@ -195,7 +199,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		d := drift[0]
 		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
 	}
-	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache}}
+	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache, gocmd: opts.ListGo}}
 	for name, size := range cfg.Budgets {
 		p.Budgets[name], _ = config.ParseSize(size) // validated by config.Load
 	}
@@ -579,8 +583,8 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name]), ExecName: execName[b.Name]})
 	}
 	p.Modules = sortedSet(modules)
-	// Another Go than the pinned toolchain (mage run under GOTOOLCHAIN, say)
-	// has other standard packages: then the go build compiles them itself.
+	// Another Go than the pinned toolchain (where that cannot run here) has
+	// other standard packages: then the go build compiles them itself.
 	if hostGoVersion(hostGoroot) == "go"+p.Toolchain.GoVersion {
 		p.Std = map[string][]string{}
 		for id, pkgs := range std {
