@@ -138,7 +138,8 @@ func startNoop(opts Options, kind string) noopStart {
 }
 
 // noopKey names everything a build depends on beside the files it reads:
-// kiln's executable (by content), the host go command (go list), the options, the
+// kiln's executable (by content), the host go command (go env, and go list
+// where the pinned toolchain cannot list), the options, the
 // environment, the working directory and the commit (source date, labels).
 func noopKey(kind string, opts Options, kilnRoot, root string) (string, bool) {
 	exe, ok := executableDigest()

@@ -33,6 +33,11 @@ func ToolchainDir(tc plan.Toolchain, cacheDir string) string {
 	return filepath.Join(cacheDir, "toolchain", tc.SHA256)
 }
 
+// ToolchainArchiveDir is where ToolchainArchive keeps the toolchain's tar.
+func ToolchainArchiveDir(tc plan.Toolchain, cacheDir string) string {
+	return filepath.Join(cacheDir, "toolchain", tc.SHA256+".archive")
+}
+
 // FetchToolchain makes the pinned toolchain available as a directory under
 // cacheDir and returns it. The archive comes from the first usable GOPROXY
 // entry and must match the pinned sha256; a verified extraction is reused.
@@ -228,7 +233,7 @@ const ToolchainTar = "go.tar"
 // FetchToolchain's directory, with fixed owners and times, so it is the
 // same bytes on every machine: its digest keys every Go step.
 func ToolchainArchive(ctx context.Context, tc plan.Toolchain, cacheDir string) (string, error) {
-	dir := filepath.Join(cacheDir, "toolchain", tc.SHA256+".archive")
+	dir := ToolchainArchiveDir(tc, cacheDir)
 	if _, err := os.Stat(filepath.Join(dir, ToolchainTar)); err == nil {
 		return dir, nil
 	}

@@ -130,9 +130,10 @@ func (p *Plan) listEnv() []string {
 	env := []string{"GOWORK=" + gowork, "GOFLAGS=" + flags}
 	if p.lists.gocmd != "" {
 		// The pinned go lists as it is, with its own GOROOT, whatever the
-		// caller has: a go that switched toolchains (GOTOOLCHAIN) sets
-		// GOROOT for what it runs, mage and kiln among them.
-		env = append(env, "GOTOOLCHAIN=local", "GOROOT=")
+		// caller has (a go that switched toolchains sets GOROOT for what it
+		// runs, mage and kiln among them) or `go env -w` wrote.
+		goroot := filepath.Dir(filepath.Dir(p.lists.gocmd))
+		env = append(env, "GOTOOLCHAIN=local", "GOROOT="+goroot)
 	}
 	return env
 }

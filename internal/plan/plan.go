@@ -488,7 +488,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	files := map[string]map[string]bool{}
 	modules := map[string]bool{}
 	std := map[string]map[string]bool{}
-	hostGoroot := "" // of the go that listed the packages
+	listGoroot := "" // of the go that listed the packages
 	binModule, execName := map[string]string{}, map[string]string{}
 	pkgs := make([]string, len(cfg.Binaries))
 	for i, b := range cfg.Binaries {
@@ -548,8 +548,8 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 				imported[dep] = true
 				lp := byPath[dep]
 				if lp.Standard {
-					if hostGoroot == "" && lp.Dir != "" {
-						hostGoroot = strings.TrimSuffix(filepath.ToSlash(lp.Dir), "/src/"+dep)
+					if listGoroot == "" && lp.Dir != "" {
+						listGoroot = strings.TrimSuffix(filepath.ToSlash(lp.Dir), "/src/"+dep)
 					}
 					id := config.FormatPlatform(plat)
 					if std[id] == nil {
@@ -583,9 +583,10 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		p.Binaries = append(p.Binaries, Binary{Name: b.Name, Package: b.Package, Module: binModule[b.Name], Files: sortedSet(files[b.Name]), ExecName: execName[b.Name]})
 	}
 	p.Modules = sortedSet(modules)
-	// Another Go than the pinned toolchain (where that cannot run here) has
-	// other standard packages: then the go build compiles them itself.
-	if hostGoVersion(hostGoroot) == "go"+p.Toolchain.GoVersion {
+	// Another Go than the pinned toolchain (where that cannot run here, or
+	// before it was fetched) has other standard packages: then the go build
+	// compiles them itself.
+	if gorootVersion(listGoroot) == "go"+p.Toolchain.GoVersion {
 		p.Std = map[string][]string{}
 		for id, pkgs := range std {
 			p.Std[id] = sortedSet(pkgs)
@@ -594,8 +595,8 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 	return imported, nil
 }
 
-// hostGoVersion is the version in a GOROOT's VERSION file, "" if unreadable.
-func hostGoVersion(goroot string) string {
+// gorootVersion is the version in a GOROOT's VERSION file, "" if unreadable.
+func gorootVersion(goroot string) string {
 	dt, err := os.ReadFile(filepath.Join(filepath.FromSlash(goroot), "VERSION"))
 	if goroot == "" || err != nil {
 		return ""
