@@ -392,9 +392,9 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 	}
 	req.po.BuildPlatform = &bp
 	if tc, err := plan.PinnedToolchain(req.cfg, bp); err == nil && runsHere(bp) {
-		// Fetched before the plan, which it lists with (pinnedGo). A
-		// machine with only the archive BuildKit gets builds on: the go on
-		// PATH lists.
+		// Fetched before the plan, which it lists with (pinnedGo). Where
+		// only the archive sent to BuildKit is kept, a failed fetch leaves
+		// the listing to the go on PATH.
 		if _, err := golang.FetchToolchain(ctx, tc, cache); err != nil {
 			if _, archived := os.Stat(filepath.Join(golang.ToolchainArchiveDir(tc, cache), golang.ToolchainTar)); archived != nil {
 				return nil, err
