@@ -160,7 +160,11 @@ func (c listCache) key(dir string, env, args []string) (string, bool) {
 		kb, _, _ := strings.Cut(b, "=")
 		return strings.Compare(ka, kb)
 	})
-	for _, kv := range vars {
+	for i, kv := range vars {
+		name, _, _ := strings.Cut(kv, "=")
+		if i+1 < len(vars) && strings.HasPrefix(vars[i+1], name+"=") {
+			continue // overridden, as by the pinned go's GOTOOLCHAIN and GOROOT
+		}
 		fmt.Fprintf(h, "env %s\n", kv)
 	}
 	// What `go env -w` wrote is go's environment too.

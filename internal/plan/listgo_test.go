@@ -90,3 +90,23 @@ func TestPackagesAreListedByTheGivenGo(t *testing.T) {
 		t.Errorf("listed by go%s, the pinned version, yet the plan has no standard library packages", p.Toolchain.GoVersion)
 	}
 }
+
+// A variable the run overrides (the pinned go's GOTOOLCHAIN and GOROOT)
+// does not split the list cache by the caller's value of it.
+func TestListCacheKeyHasOnlyTheValuesGoSees(t *testing.T) {
+	c := listCache{dir: t.TempDir()}
+	env := []string{"GOTOOLCHAIN=local", "GOROOT=/pinned"}
+	t.Setenv("GOTOOLCHAIN", "go1.27.3")
+	t.Setenv("GOROOT", "/one")
+	a, _ := c.key("/src", env, []string{"list"})
+	t.Setenv("GOTOOLCHAIN", "auto")
+	t.Setenv("GOROOT", "/another")
+	b, _ := c.key("/src", env, []string{"list"})
+	if a != b {
+		t.Error("the caller's overridden GOTOOLCHAIN and GOROOT changed the key")
+	}
+	c2, _ := c.key("/src", []string{"GOTOOLCHAIN=local", "GOROOT=/other-pinned"}, []string{"list"})
+	if c2 == b {
+		t.Error("the GOROOT go lists with is not in the key")
+	}
+}
