@@ -178,7 +178,7 @@ func load(opts Options) (*request, error) {
 		po.ListCache = filepath.Join(cache, "golist")
 		// A plan without a daemon (`mage plan`) lists with the pinned go
 		// when a build fetched it already.
-		po.ListGo = pinnedGo(cfg, hostPlatform(), cache)
+		po.ListGo, _ = pinnedGo(context.Background(), cfg, hostPlatform(), cache, false)
 	}
 	if opts.BinaryPlatforms != "" {
 		if po.BinaryPlatforms, err = config.ParsePlatforms(opts.BinaryPlatforms); err != nil {
@@ -391,18 +391,10 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 		log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
 	}
 	req.po.BuildPlatform = &bp
-	if tc, err := plan.PinnedToolchain(req.cfg, bp); err == nil && runsHere(bp) {
-		// Fetched before the plan, which it lists with (pinnedGo). Where
-		// only the archive sent to BuildKit is kept, a failed fetch leaves
-		// the listing to the go on PATH.
-		if _, err := golang.FetchToolchain(ctx, tc, cache); err != nil {
-			if _, archived := os.Stat(filepath.Join(golang.ToolchainArchiveDir(tc, cache), golang.ToolchainTar)); archived != nil {
-				return nil, err
-			}
-			log.G(ctx).Warnf("listing the packages with the go on PATH: %v", err)
-		}
+	// Fetched before the plan, which it lists with.
+	if req.po.ListGo, err = pinnedGo(ctx, req.cfg, bp, cache, true); err != nil {
+		return nil, err
 	}
-	req.po.ListGo = pinnedGo(req.cfg, bp, cache)
 	p, err := plan.Resolve(req.root, req.cfg, req.po)
 	if err != nil {
 		return nil, err
@@ -434,24 +426,37 @@ func hostPlatform() ocispec.Platform {
 }
 
 // pinnedGo is the go command of the pinned toolchain for the worker's
-// platform bp when it is on this machine and runs here, else "". The
-// packages are then listed by the Go that compiles them, so that the plan
-// (each binary's files, the standard library step) and every step are the
-// same whatever Go runs kiln. Where it cannot run (a remote worker of
-// another architecture, a mac), the go on PATH lists.
-func pinnedGo(cfg *config.Config, bp ocispec.Platform, cache string) string {
+// platform bp when it runs here, else "": the packages are then listed by
+// the Go that compiles them, so that the plan (each binary's files, the
+// standard library step) and every step are the same whatever Go runs
+// kiln. Where it cannot run (a remote worker of another architecture, a
+// mac), or is not there and fetch is unset, the go on PATH lists. With
+// fetch, a toolchain not there yet is downloaded; where only the archive
+// sent to BuildKit is kept, a failed download leaves the listing to the go
+// on PATH.
+func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cache string, fetch bool) (string, error) {
 	if !runsHere(bp) {
-		return ""
+		return "", nil
 	}
 	tc, err := plan.PinnedToolchain(cfg, bp)
 	if err != nil {
-		return "" // plan.Resolve reports it
+		return "", nil // plan.Resolve reports it
 	}
-	goCmd := filepath.Join(golang.ToolchainDir(tc, cache), "bin", "go")
+	dir := golang.ToolchainDir(tc, cache)
+	if fetch {
+		if dir, err = golang.FetchToolchain(ctx, tc, cache); err != nil {
+			if _, archived := os.Stat(filepath.Join(golang.ToolchainArchiveDir(tc, cache), golang.ToolchainTar)); archived != nil {
+				return "", err
+			}
+			log.G(ctx).Warnf("listing the packages with the go on PATH: %v", err)
+			return "", nil
+		}
+	}
+	goCmd := filepath.Join(dir, "bin", "go")
 	if _, err := os.Stat(goCmd); err != nil {
-		return ""
+		return "", nil
 	}
-	return goCmd
+	return goCmd, nil
 }
 
 func runsHere(bp ocispec.Platform) bool {
