@@ -76,10 +76,12 @@ type Scenario struct {
 	// GoCache is the size of the Go build cache after the scenario.
 	GoCache int64 `json:"goCache"`
 	// Ran and Reused count kiln's steps in the last run; StepsRan names the
-	// steps that ran.
-	Ran      int      `json:"ran"`
-	Reused   int      `json:"reused"`
-	StepsRan []string `json:"stepsRan,omitempty"`
+	// steps that ran, and StepTimes says how long each took, start to end
+	// (steps overlap, so they add up to more than the wall time).
+	Ran       int                      `json:"ran"`
+	Reused    int                      `json:"reused"`
+	StepsRan  []string                 `json:"stepsRan,omitempty"`
+	StepTimes map[string]time.Duration `json:"stepTimes,omitempty"`
 	// Sent are the binaries the last run sent (relative to the output
 	// folder): those whose bytes changed.
 	Sent []string `json:"sent,omitempty"`
@@ -560,13 +562,19 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 }
 
 func (r *runner) describe(s *Scenario, steps buildkit.Steps) {
-	s.Ran, s.Reused, s.StepsRan, s.Sent = 0, 0, nil, r.sent
+	s.Ran, s.Reused, s.StepsRan, s.StepTimes, s.Sent = 0, 0, nil, nil, r.sent
 	for _, st := range steps {
 		if st.Cached {
 			s.Reused++
-		} else {
-			s.Ran++
-			s.StepsRan = append(s.StepsRan, st.Name)
+			continue
+		}
+		s.Ran++
+		s.StepsRan = append(s.StepsRan, st.Name)
+		if st.Duration > 0 {
+			if s.StepTimes == nil {
+				s.StepTimes = map[string]time.Duration{}
+			}
+			s.StepTimes[st.Name] = st.Duration
 		}
 	}
 	s.GoCache = r.goCacheSize()

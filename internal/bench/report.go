@@ -1,12 +1,15 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"html"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -148,6 +151,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			if len(s.StepsRan) > 0 && len(s.StepsRan) <= 12 {
 				fmt.Fprintf(w, "; steps that ran: %s", strings.Join(s.StepsRan, ", "))
 			}
+			if longest := longestSteps(s.StepTimes, 4); longest != "" {
+				fmt.Fprintf(w, "; longest: %s", longest)
+			}
 			fmt.Fprintln(w)
 		}
 	}
@@ -275,4 +281,15 @@ func CompareFiles(w io.Writer, oldPath, newPath string) error {
 		return err
 	}
 	return Compare(w, old, new)
+}
+
+// longestSteps names the n steps that took longest, with their times.
+func longestSteps(times map[string]time.Duration, n int) string {
+	names := slices.Collect(maps.Keys(times))
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(times[b], times[a]), cmp.Compare(a, b)) })
+	var parts []string
+	for _, name := range names[:min(n, len(names))] {
+		parts = append(parts, fmt.Sprintf("%s %s", name, secs(times[name])))
+	}
+	return strings.Join(parts, ", ")
 }
