@@ -476,12 +476,12 @@ func TestImagesIntegration(t *testing.T) {
 	})
 
 	// Invariant 3: the host's Go reaches no step. mage compiled by another
-	// Go (unoptimised, to take less CPU), from another go command, in another
-	// checkout, makes the same LLB: kiln lists the packages with the pinned
-	// toolchain, not the host's Go, so every step is reused from the build
-	// the host's Go just made, and the digests agree. That a build from
-	// nothing reproduces is TestRelease's: release:verify rebuilds every
-	// release platform in isolation.
+	// Go (unoptimised and without DWARF, to take less CPU), from another go
+	// command, in another checkout, makes the same LLB: kiln lists the
+	// packages with the pinned toolchain, not the host's Go, so every step
+	// is reused from the build the host's Go just made, and the digests
+	// agree. That a build from nothing reproduces is TestRelease's:
+	// release:verify rebuilds every release platform in isolation.
 	t.Run("images, by mage under another Go, reuses every step and gives the same digests", func(t *testing.T) {
 		o := opts
 		o.Platforms, o.OutDir = "linux/amd64", t.TempDir()
@@ -493,7 +493,7 @@ func TestImagesIntegration(t *testing.T) {
 		testdaemon.CopyTree(t, root, tree)
 		cmd := exec.Command("go", "run", "mage.go", "images", "-platforms=linux/amd64", "-progress=quiet", "-explain")
 		cmd.Dir = tree
-		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=go1.27.3", "GOFLAGS='-gcflags=all=-N -l'")
+		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=go1.27.3", "GOFLAGS='-gcflags=all=-N -l -dwarf=false'")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("images under go1.27.3: %v\n%s", err, out)

@@ -334,11 +334,14 @@ func TestRelease(t *testing.T) {
 		t.Errorf("release:verify of a version never released: %v", err)
 	}
 
-	// A build of another commit replaces the agent's linux/amd64 image.
+	// A build of another commit replaces the agent's linux/amd64 image. It
+	// is built as a release builds (its Go cache mount, warm from the
+	// release above): on the shared one, cold on this daemon, it compiled
+	// linux/amd64 from nothing.
 	testdaemon.AppendLine(t, filepath.Join(root, "pkg", "agent", "agent.go"), "\nvar tampered = \"another commit\"\n")
 	testdaemon.Git(t, root, "commit", "-qam", "another commit")
 	o := opts
-	o.Platforms, o.Stamp = "linux/amd64", true
+	o.Platforms, o.Stamp, o.Release = "linux/amd64", true, true
 	o.Images = []string{"antrea-agent"}
 	pushed, err := publish.Push(ctx, o, publish.PushOptions{Registry: reg.Addr})
 	if err != nil {
