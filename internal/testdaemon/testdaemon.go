@@ -14,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/containerd/platforms"
 
@@ -234,34 +233,10 @@ func ManagedCache(t *testing.T) *buildkit.Managed {
 	return m
 }
 
-// CosignPendingEnv names a file that exists while .ci/run is still
-// building cosign: it builds it beside the tests rather than before them,
-// since only the signing tests need it.
-const CosignPendingEnv = "KILN_TEST_COSIGN_PENDING"
-
-// cosignWait bounds the wait for a cosign that is being built.
-const cosignWait = 20 * time.Minute
-
 // Cosign is the path of the cosign CLI (.ci/run installs it from the Go
-// module proxy). While $KILN_TEST_COSIGN_PENDING names a file that exists,
-// the build of it is still running: Cosign waits for it to end.
+// module proxy).
 func Cosign(t testing.TB) string {
 	t.Helper()
-	if pending := os.Getenv(CosignPendingEnv); pending != "" {
-		start := time.Now()
-		for {
-			if _, err := os.Stat(pending); err != nil {
-				break
-			}
-			if time.Since(start) > cosignWait {
-				t.Fatalf("cosign is still being built after %s (%s exists)", cosignWait, pending)
-			}
-			time.Sleep(time.Second)
-		}
-		if waited := time.Since(start); waited > time.Second {
-			t.Logf("waited %s for .ci/run's build of cosign", waited.Round(time.Second))
-		}
-	}
 	path, err := exec.LookPath("cosign")
 	if err != nil {
 		Unavailable(t, "cosign not on PATH (GOBIN=/usr/local/bin go install github.com/sigstore/cosign/v2/cmd/cosign@v2.6.5)")
