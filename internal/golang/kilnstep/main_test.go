@@ -21,10 +21,11 @@ import (
 // second time with a variable the linker drops. The ELF binaries differ in
 // their build IDs alone and are equal once blanked, and the blanked binary
 // runs. Other formats are copied unchanged (a Mach-O binary is signed over
-// its build ID).
+// its build ID): any file elf cannot open takes that path, so a text file
+// stands for them, where a Windows build would compile its standard library.
 func TestBlankedBuildIDsMakeDeadCodeInvisible(t *testing.T) {
 	if testing.Short() {
-		t.Skip("links four programs")
+		t.Skip("links two programs")
 	}
 	dir := t.TempDir()
 	const program = "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"blanked\") }\n"
@@ -36,20 +37,20 @@ func TestBlankedBuildIDsMakeDeadCodeInvisible(t *testing.T) {
 			}
 		}
 	}
-	link := func(goos, out string) string {
+	link := func(out string) string {
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, ".")
 		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH=amd64", "GOFLAGS=")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build: %v\n%s", err, out)
 		}
 		return filepath.Join(dir, out)
 	}
 	write(program)
-	a, pe := link("linux", "a"), link("windows", "a.exe")
+	a := link("a")
 	write(program + "\nvar dropped = 1\n")
-	b := link("linux", "b")
-	for _, f := range []string{a, b, pe} {
+	b := link("b")
+	for _, f := range []string{a, b} {
 		if _, err := copyBlankingBuildID(f, f+".copy"); err != nil {
 			t.Fatal(err)
 		}
@@ -85,11 +86,12 @@ func TestBlankedBuildIDsMakeDeadCodeInvisible(t *testing.T) {
 	if out, err := exec.Command(a + ".copy").Output(); err != nil || string(out) != "blanked\n" {
 		t.Errorf("the blanked binary ran: %q, %v", out, err)
 	}
-	if !bytes.Equal(read(pe), read(pe+".copy")) {
-		t.Error("a PE binary was changed")
+	other := filepath.Join(dir, "go.mod")
+	if sum, err := copyBlankingBuildID(other, filepath.Join(dir, "x")); err != nil || sum == "" {
+		t.Errorf("a file that is not ELF: digest %q, %v", sum, err)
 	}
-	if _, err := copyBlankingBuildID(filepath.Join(dir, "go.mod"), filepath.Join(dir, "x")); err != nil {
-		t.Errorf("a file that is not ELF: %v", err)
+	if !bytes.Equal(read(other), read(filepath.Join(dir, "x"))) {
+		t.Error("a file that is not ELF was changed")
 	}
 }
 
