@@ -78,10 +78,7 @@ func TestMageListsExactlyTheReadmeTargets(t *testing.T) {
 // commands, a second of CPU.
 func TestEveryDocumentedTargetResolves(t *testing.T) {
 	root := testdaemon.RepoRoot(t)
-	bin := filepath.Join(t.TempDir(), "mage")
-	if out, err := mage(t, root, "-compile", bin); err != nil {
-		t.Fatalf("mage -compile: %v\n%s", err, out)
-	}
+	bin := testdaemon.MageBinary(t)
 	for _, name := range readmeTargets(t) {
 		cmd := exec.Command(bin, "-h", name)
 		cmd.Dir = root

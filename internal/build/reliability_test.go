@@ -108,25 +108,13 @@ func pruneToGoCache(t *testing.T, m *buildkit.Managed, root string) {
 	}
 }
 
-// mageBinary compiles the magefile into a binary, as `mage -compile` does.
-func mageBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "kiln-mage")
-	cmd := exec.Command("go", "run", "mage.go", "-compile", bin)
-	cmd.Dir = testdaemon.RepoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("mage -compile: %v\n%s", err, out)
-	}
-	return bin
-}
-
 // TestOneManagedDaemon runs builds that need a managed daemon of their own
 // but not a cold one each, on the daemon the first part starts: concurrent
 // first starts, the context's .dockerignore, an interrupted build, and last
 // a build whose daemon is killed.
 func TestOneManagedDaemon(t *testing.T) {
 	m := testdaemon.ManagedCache(t)
-	mage := mageBinary(t)
+	mage := testdaemon.MageBinary(t)
 
 	t.Run("concurrent builds start one daemon and agree", func(t *testing.T) {
 		tree := t.TempDir()

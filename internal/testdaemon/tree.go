@@ -103,3 +103,17 @@ func TaggedCopy(t testing.TB, from, tag string) string {
 	Git(t, dir, "tag", tag)
 	return dir
 }
+
+// MageBinary compiles this repository's magefile the way `go run mage.go`
+// does, into a binary named mage (its help says "mage TARGET"), so a test
+// that runs many targets pays for the go commands of go run once.
+func MageBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "mage")
+	cmd := exec.Command("go", "run", "mage.go", "-compile", bin)
+	cmd.Dir = RepoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("mage -compile: %v\n%s", err, out)
+	}
+	return bin
+}
