@@ -162,18 +162,17 @@ func (g *Graph) fetchBase() llb.State {
 }
 
 // downloadModules fetches the binaries' modules with network into the
-// persistent module cache, then copies them offline (GOPROXY=file://) into
-// a layer of their own, so compiles see exactly the verified modules even
-// if the cache mount is pruned later.
+// persistent module cache, then copies their extracted files (kilnstep
+// modules) into a layer of their own, so compiles see exactly the verified
+// modules even if the cache mount is pruned later.
 func (g *Graph) downloadModules() llb.State {
 	mods := g.goModFiles()
-	args := append([]string{goroot + "/bin/go", "mod", "download"}, g.Plan.Modules...)
+	download := []string{goroot + "/bin/go", "mod", "download"}
 	gowork := "off"
 	if g.Plan.Workspace {
 		gowork = workFile
 	}
 	common := []llb.RunOption{
-		llb.Args(args),
 		llb.Dir(srcDir),
 		llb.AddEnv("HOME", "/root"),
 		llb.AddEnv("GOTOOLCHAIN", "local"),
@@ -191,6 +190,7 @@ func (g *Graph) downloadModules() llb.State {
 		network = llb.NetModeNone
 	}
 	fetch := []llb.RunOption{
+		llb.Args(append(append([]string{}, download...), g.Plan.Modules...)),
 		llb.AddEnv("PATH", goroot+"/bin:/usr/bin:/bin"),
 		llb.AddEnv("GOMODCACHE", goModCache),
 		llb.AddEnv("SSL_CERT_FILE", caDir+"/"+CABundle),
@@ -219,11 +219,17 @@ func (g *Graph) downloadModules() llb.State {
 
 	const cached = "/cache/mod"
 	layerOpts := append([]llb.RunOption{}, common...)
+	// The module files alone: `go mod download` from the cache mount as a
+	// file:// proxy copied every zip and unzipped it again (13 CPU-s for
+	// BuildKit's modules), and no compile reads a zip.
+	copyArgs := append([]string{"/kiln/bin/" + StepToolFile, "modules", cached, goModCache}, g.Plan.Modules...)
+	layerOpts = append(layerOpts, llb.Args(append(append(copyArgs, "--"), download...)))
 	// The fetch step's cache record can outlive the cache mount it filled
-	// (a daemon killed mid-build): the layer then takes what the mount lacks
-	// from the fetch step's proxies, still checked against go.sum. Nothing
-	// else of the fetch environment comes along: GOPRIVATE would send
-	// private modules past the mount to a direct fetch this step cannot do.
+	// (a daemon killed mid-build): the layer then downloads what the mount
+	// lacks from the fetch step's proxies, still checked against go.sum.
+	// Nothing else of the fetch environment comes along: GOPRIVATE would
+	// send private modules past the mount to a direct fetch this step
+	// cannot do.
 	proxy, network := "file://"+cached+"/cache/download", llb.NetModeNone
 	if !g.Fetch.Offline {
 		network = llb.NetModeSandbox
@@ -239,6 +245,7 @@ func (g *Graph) downloadModules() llb.State {
 		// Depend on the fetch step, then read the cache it filled.
 		llb.AddMount("/fetched", fetched.Root(), llb.Readonly),
 		llb.AddMount(cached, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoModCache, llb.CacheMountShared), llb.Readonly),
+		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
 		llb.Network(network),
 		llb.WithCustomName("[go] module layer"),
 	)...)

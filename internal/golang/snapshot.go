@@ -3,7 +3,7 @@ package golang
 import (
 	"context"
 	"crypto/sha256"
-	_ "embed"
+	"embed"
 	"encoding/hex"
 	"encoding/json"
 
@@ -17,8 +17,13 @@ import (
 // LocalGoCacheSnapshot is the local source of a verified Go cache snapshot.
 const LocalGoCacheSnapshot = "gocache-snapshot"
 
-//go:embed kilnstep/main.go
-var kilnstepSource []byte
+// kilnstepSources are kilnstep's files, tests left out.
+//
+//go:embed kilnstep/main.go kilnstep/modules.go
+var kilnstepSources embed.FS
+
+// kilnstepFiles are the names of kilnstepSources' files, in kilnstep/.
+var kilnstepFiles = []string{"main.go", "modules.go"}
 
 // LocalStepTool is the local source of a kilnstep binary kiln built
 // before and keeps on the client (UseStepTool).
@@ -69,9 +74,21 @@ func (g *Graph) stepTool() llb.State {
 // whose standard library packages the binaries need as well, and writes to
 // buildkit.ToolsDir, so buildkit:prune keeps it.
 func (g *Graph) BuildStepTool() llb.State {
-	src := llb.Scratch().File(llb.Mkfile("/main.go", 0o644, kilnstepSource), llb.WithCustomName("[go] kilnstep source"))
+	var files *llb.FileAction
+	for _, name := range kilnstepFiles {
+		data, err := kilnstepSources.ReadFile("kilnstep/" + name)
+		if err != nil {
+			panic(err) // embedded above
+		}
+		if files == nil {
+			files = llb.Mkfile("/"+name, 0o644, data)
+		} else {
+			files = files.Mkfile("/"+name, 0o644, data)
+		}
+	}
+	src := llb.Scratch().File(files, llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
-		llb.Args([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/" + StepToolFile, "main.go"}),
+		llb.Args(append([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/" + StepToolFile}, kilnstepFiles...)),
 		llb.Dir(srcDir),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),

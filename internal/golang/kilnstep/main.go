@@ -15,6 +15,10 @@
 //	kilnstep tool CPUS TOOL ARGS...
 //	                            go build's -toolexec: runs one of go's
 //	                            tools once it holds a CPU token of CPUS
+//	kilnstep modules SRC DEST MODULES... -- GO ARGS...
+//	                            copies the modules (path@version) from the
+//	                            module cache SRC to DEST without their zips;
+//	                            the go command downloads any SRC lacks
 //
 // It uses the standard library only, so that it compiles quickly.
 package main
@@ -69,8 +73,11 @@ func main() {
 		}
 	case len(os.Args) > 3 && os.Args[1] == "tool":
 		err = runTool(os.Args[2], os.Args[3:])
+	case len(os.Args) > 5 && os.Args[1] == "modules" && slices.Contains(os.Args[4:], "--"):
+		sep := 4 + slices.Index(os.Args[4:], "--")
+		err = copyModules(os.Args[2], os.Args[3], os.Args[4:sep], os.Args[sep+1:])
 	default:
-		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS... | tool CPUS TOOL ARGS...")
+		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS... | tool CPUS TOOL ARGS... | modules SRC DEST MODULES... -- GO ARGS...")
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
