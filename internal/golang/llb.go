@@ -89,10 +89,10 @@ type Graph struct {
 	Plan      *plan.Plan
 	Context   llb.State
 	Toolchain llb.State
-	// Modules is the module cache the compile steps read: the output of the
-	// download step, or empty when the binaries import the standard library
-	// only or use vendor/.
-	Modules llb.State
+	// modules is the module cache the compile steps read (Modules), made
+	// on first use: its step runs kilnstep, which UseStepTool may change.
+	modulesMu sync.Mutex
+	modules   *llb.State
 	// Fetch is how the download step reaches modules.
 	Fetch *Fetch
 	// Excludes are the context's .dockerignore patterns; the sources obey
@@ -123,11 +123,23 @@ func NewGraph(p *plan.Plan, context, toolchain llb.State, excludes []string, fet
 	if fetch == nil {
 		fetch = &Fetch{}
 	}
-	g := &Graph{Plan: p, Context: context, Toolchain: toolchain, Modules: llb.Scratch(), Fetch: fetch, Excludes: excludes, toolsGoCache: p.Cache.GoCache}
-	if len(p.Modules) > 0 {
-		g.Modules = g.downloadModules()
+	return &Graph{Plan: p, Context: context, Toolchain: toolchain, Fetch: fetch, Excludes: excludes, toolsGoCache: p.Cache.GoCache}
+}
+
+// Modules is the module cache the compile steps read: the output of the
+// download step, or empty when the binaries import the standard library
+// only or use vendor/.
+func (g *Graph) Modules() llb.State {
+	g.modulesMu.Lock()
+	defer g.modulesMu.Unlock()
+	if g.modules == nil {
+		st := llb.Scratch()
+		if len(g.Plan.Modules) > 0 {
+			st = g.downloadModules()
+		}
+		g.modules = &st
 	}
-	return g
+	return *g.modules
 }
 
 // base is the empty root filesystem every Go step runs in, on the build platform.
@@ -578,7 +590,8 @@ func withSymbols(args []string) []string {
 // the toolchain, sources, modules and build cache mounted, no network, and
 // the environment of Env only. Every compile step is one.
 func (g *Graph) GoCommand(args []string, src llb.State, target ocispec.Platform, name string, extra ...llb.RunOption) llb.ExecState {
-	return g.goCommand(args, src, &g.Modules, target, name, extra...)
+	modules := g.Modules()
+	return g.goCommand(args, src, &modules, target, name, extra...)
 }
 
 // goCommand is GoCommand with the modules mounted only when given.

@@ -56,6 +56,9 @@ func (g *Graph) UseStepTool(dir string) {
 		llb.SharedKeyHint(LocalStepTool),
 		llb.WithCustomName("[go] kilnstep"))
 	g.tool = &st
+	g.modulesMu.Lock()
+	g.modules = nil // its step runs kilnstep
+	g.modulesMu.Unlock()
 }
 
 // StepToolFile is the file name of kilnstep in BuildStepTool's output.
@@ -138,7 +141,7 @@ func (g *Graph) Snapshot(bins []plan.Binary, targets []ocispec.Platform, max int
 		llb.AddMount("/kiln/spec", specDir, llb.Readonly),
 		readOnlyLayer(goroot, g.Toolchain),
 		llb.AddMount(srcDir, g.Sources(union), llb.Readonly),
-		readOnlyLayer(goModCache, g.Modules),
+		readOnlyLayer(goModCache, g.Modules()),
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),

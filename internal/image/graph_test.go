@@ -421,3 +421,34 @@ func TestStandardLibraryCompilesWhileTheModulesDownload(t *testing.T) {
 		}
 	}
 }
+
+// With kilnstep kept on the client (UseStepTool), no step builds it: the
+// module layer runs it too, and a layer made before the tool was chosen
+// is made again.
+func TestAKeptStepToolServesEveryStep(t *testing.T) {
+	p := testPlan(t, "linux/amd64")
+	if len(p.Modules) == 0 {
+		t.Fatal("this repository's binaries download no module; the test needs some")
+	}
+	g := image.NewGraph(p, nil, nil)
+	g.Golang.Modules() // before the tool is chosen
+	g.Golang.UseStepTool(t.TempDir())
+	var names []string
+	for _, img := range p.Images {
+		for _, st := range g.States(img) {
+			def, err := st.Marshal(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, dt := range def.Def {
+				names = append(names, def.Metadata[digestOf(dt)].Description["llb.customname"])
+			}
+		}
+	}
+	if !slices.Contains(names, "[go] module layer") || !slices.Contains(names, "[go] kilnstep") {
+		t.Fatalf("steps %v: want the module layer and the kept kilnstep", names)
+	}
+	if slices.Contains(names, "[go] build kilnstep") {
+		t.Error("a step builds kilnstep although it is kept on the client")
+	}
+}
