@@ -38,7 +38,12 @@ type step struct {
 // the ops, with their vertex names, of all definitions together.
 func steps(t *testing.T, p *plan.Plan) ([]step, [][]byte) {
 	t.Helper()
-	g := image.NewGraph(p, nil, nil)
+	return graphSteps(t, image.NewGraph(p, nil, nil), p)
+}
+
+// graphSteps is steps of the graph g made for p.
+func graphSteps(t *testing.T, g *image.Graph, p *plan.Plan) ([]step, [][]byte) {
+	t.Helper()
 	var out []step
 	var raw [][]byte
 	for _, img := range p.Images {
@@ -433,17 +438,10 @@ func TestAKeptStepToolServesEveryStep(t *testing.T) {
 	g := image.NewGraph(p, nil, nil)
 	g.Golang.Modules() // before the tool is chosen
 	g.Golang.UseStepTool(t.TempDir())
+	all, _ := graphSteps(t, g, p)
 	var names []string
-	for _, img := range p.Images {
-		for _, st := range g.States(img) {
-			def, err := st.Marshal(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, dt := range def.Def {
-				names = append(names, def.Metadata[digestOf(dt)].Description["llb.customname"])
-			}
-		}
+	for _, s := range all {
+		names = append(names, s.name)
 	}
 	if !slices.Contains(names, "[go] module layer") || !slices.Contains(names, "[go] kilnstep") {
 		t.Fatalf("steps %v: want the module layer and the kept kilnstep", names)
