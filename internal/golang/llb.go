@@ -89,10 +89,6 @@ type Graph struct {
 	Plan      *plan.Plan
 	Context   llb.State
 	Toolchain llb.State
-	// modules is the module cache the compile steps read (Modules), made
-	// on first use: its step runs kilnstep, which UseStepTool may change.
-	modulesMu sync.Mutex
-	modules   *llb.State
 	// Fetch is how the download step reaches modules.
 	Fetch *Fetch
 	// Excludes are the context's .dockerignore patterns; the sources obey
@@ -128,18 +124,14 @@ func NewGraph(p *plan.Plan, context, toolchain llb.State, excludes []string, fet
 
 // Modules is the module cache the compile steps read: the output of the
 // download step, or empty when the binaries import the standard library
-// only or use vendor/.
+// only or use vendor/. It is wired when a step asks, not with the graph:
+// its step runs kilnstep, which UseStepTool changes after NewGraph. The
+// same graph gives the same definition each time.
 func (g *Graph) Modules() llb.State {
-	g.modulesMu.Lock()
-	defer g.modulesMu.Unlock()
-	if g.modules == nil {
-		st := llb.Scratch()
-		if len(g.Plan.Modules) > 0 {
-			st = g.downloadModules()
-		}
-		g.modules = &st
+	if len(g.Plan.Modules) == 0 {
+		return llb.Scratch()
 	}
-	return *g.modules
+	return g.downloadModules()
 }
 
 // base is the empty root filesystem every Go step runs in, on the build platform.

@@ -22,9 +22,6 @@ const LocalGoCacheSnapshot = "gocache-snapshot"
 //go:embed kilnstep/main.go kilnstep/modules.go
 var kilnstepSources embed.FS
 
-// kilnstepFiles are the names of kilnstepSources' files, in kilnstep/.
-var kilnstepFiles = []string{"main.go", "modules.go"}
-
 // LocalStepTool is the local source of a kilnstep binary kiln built
 // before and keeps on the client (UseStepTool).
 const LocalStepTool = "kiln-step-tool"
@@ -56,9 +53,6 @@ func (g *Graph) UseStepTool(dir string) {
 		llb.SharedKeyHint(LocalStepTool),
 		llb.WithCustomName("[go] kilnstep"))
 	g.tool = &st
-	g.modulesMu.Lock()
-	g.modules = nil // its step runs kilnstep
-	g.modulesMu.Unlock()
 }
 
 // StepToolFile is the file name of kilnstep in BuildStepTool's output.
@@ -77,21 +71,22 @@ func (g *Graph) stepTool() llb.State {
 // whose standard library packages the binaries need as well, and writes to
 // buildkit.ToolsDir, so buildkit:prune keeps it.
 func (g *Graph) BuildStepTool() llb.State {
+	// Reading what go:embed holds cannot fail.
+	entries, _ := kilnstepSources.ReadDir("kilnstep")
+	var names []string
 	var files *llb.FileAction
-	for _, name := range kilnstepFiles {
-		data, err := kilnstepSources.ReadFile("kilnstep/" + name)
-		if err != nil {
-			panic(err) // embedded above
-		}
+	for _, e := range entries {
+		data, _ := kilnstepSources.ReadFile("kilnstep/" + e.Name())
 		if files == nil {
-			files = llb.Mkfile("/"+name, 0o644, data)
+			files = llb.Mkfile("/"+e.Name(), 0o644, data)
 		} else {
-			files = files.Mkfile("/"+name, 0o644, data)
+			files = files.Mkfile("/"+e.Name(), 0o644, data)
 		}
+		names = append(names, e.Name())
 	}
 	src := llb.Scratch().File(files, llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
-		llb.Args(append([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/" + StepToolFile}, kilnstepFiles...)),
+		llb.Args(append([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/" + StepToolFile}, names...)),
 		llb.Dir(srcDir),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),
