@@ -140,11 +140,11 @@ func snapshot(specFile, out string) error {
 			continue
 		}
 		output := filepath.Join(spec.GoCache, f[2][:2], f[2]+"-d")
-		n, err := copyFile(output, filepath.Join(out, f[2][:2], f[2]+"-d"))
+		n, err := copyFile(output, filepath.Join(out, f[2][:2], f[2]+"-d"), nil)
 		if err != nil {
 			continue // an action without its output is of no use
 		}
-		if _, err := copyFile(action, filepath.Join(out, id[:2], id+"-a")); err != nil {
+		if _, err := copyFile(action, filepath.Join(out, id[:2], id+"-a"), nil); err != nil {
 			return err
 		}
 		total += n + int64(len(dt))
@@ -171,7 +171,7 @@ func seed(src, gocache string) error {
 			return nil
 		}
 		tmp := dest + ".seed"
-		if _, err := copyFile(path, tmp); err != nil {
+		if _, err := copyFile(path, tmp, nil); err != nil {
 			return err
 		}
 		added++
@@ -194,8 +194,9 @@ func isID(s string) bool {
 }
 
 // copyFile writes a fresh file (a current mtime keeps go's cache trimming
-// from deleting it early) and returns its size.
-func copyFile(src, dest string) (int64, error) {
+// from deleting it early) and returns its size. tee, when set, is given
+// the bytes too.
+func copyFile(src, dest string, tee io.Writer) (int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return 0, err
@@ -208,7 +209,11 @@ func copyFile(src, dest string) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(out, in)
+	var w io.Writer = out
+	if tee != nil {
+		w = io.MultiWriter(out, tee)
+	}
+	n, err := io.Copy(w, in)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}

@@ -148,7 +148,7 @@ func copyModule(src, dest, mod, sum string) error {
 		if _, err := os.Stat(from); ext == ".info" && errors.Is(err, fs.ErrNotExist) {
 			continue // go build does not read it
 		}
-		if _, err := copyRegular(from, filepath.Join(dest, meta+ext)); err != nil {
+		if _, err := copyFile(from, filepath.Join(dest, meta+ext), nil); err != nil {
 			return err
 		}
 	}
@@ -157,8 +157,9 @@ func copyModule(src, dest, mod, sum string) error {
 
 // copyTree copies a module's directory, directories and regular files
 // only, as a module zip holds, with the modes `go mod download
-// -modcacherw` gives them. It returns the copy's hash as go.sum writes it
-// (golang.org/x/mod/sumdb/dirhash.Hash1, the files named prefix/path).
+// -modcacherw` gives them (under the usual umask). It returns the copy's
+// hash as go.sum writes it (golang.org/x/mod/sumdb/dirhash.Hash1, the
+// files named prefix/path).
 func copyTree(from, to, prefix string) (string, error) {
 	var lines []string
 	err := filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
@@ -175,8 +176,9 @@ func copyTree(from, to, prefix string) (string, error) {
 			if strings.Contains(name, "\n") {
 				return fmt.Errorf("%s: a file name with a newline", path)
 			}
-			sum, err := copyRegular(path, target)
-			lines = append(lines, fmt.Sprintf("%x  %s\n", sum, name))
+			h := sha256.New()
+			_, err := copyFile(path, target, h)
+			lines = append(lines, fmt.Sprintf("%x  %s\n", h.Sum(nil), name))
 			return err
 		default:
 			return fmt.Errorf("%s: neither a file nor a directory", path)
@@ -191,29 +193,6 @@ func copyTree(from, to, prefix string) (string, error) {
 		io.WriteString(h, line)
 	}
 	return "h1:" + base64.StdEncoding.EncodeToString(h.Sum(nil)), nil
-}
-
-// copyRegular copies a file's bytes to a new file of mode 0644 and
-// returns their sha256.
-func copyRegular(from, to string) ([]byte, error) {
-	in, err := os.Open(from)
-	if err != nil {
-		return nil, err
-	}
-	defer in.Close()
-	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-		return nil, err
-	}
-	out, err := os.OpenFile(to, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(out, h), in)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return h.Sum(nil), err
 }
 
 // escapeModulePath is the module cache's case encoding (as
