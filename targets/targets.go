@@ -242,7 +242,7 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 // Writes _output/bench/{latest.json,report.md,chart.svg}.
 //
 //	-runs=N                        runs of each scenario but the fresh-daemon and cgo
-//	                               ones (default 3; native and kiln cold take turns)
+//	                               ones (default 3; native and kiln take turns)
 //	-module=DIR                    bench another module, with -packages=./cmd/a,./cmd/b
 //	-module=modcache:PATH@VERSION  a module copied from the module cache
 //	-vendor                        vendor that copy first (go mod vendor)

@@ -34,7 +34,7 @@ type Options struct {
 	Build build.Options
 	// Runs is how often each scenario runs (default 3), but for the
 	// fresh-daemon ones and the cgo experiment's, which run once. Native
-	// cold and kiln cold take turns.
+	// and kiln take turns, run by run, in every figure.
 	Runs int
 	// Out is where the reports go; <kiln>/_output/bench by default.
 	Out string
@@ -143,26 +143,24 @@ func (r *Report) Scenario(name string) *Scenario {
 	return nil
 }
 
-// Scenario names, in the order they run (native cold and kiln cold take
-// turns).
+// Scenario names, in the order they are reported (those of one figure
+// take turns run by run).
 const (
 	NativeCold       = "native cold"
 	KilnCold         = "kiln cold"
 	NativeWarm       = "native warm no-op"
-	NativeOneBinary  = "native incremental, one binary"
-	NativeShared     = "native incremental, shared"
 	KilnColdMounts   = "kiln cold, Go caches kept"
 	KilnWarm         = "kiln warm no-op"
+	NativeOneBinary  = "native incremental, one binary"
 	KilnOneBinary    = "kiln incremental, one binary"
+	NativeShared     = "native incremental, shared"
 	KilnShared       = "kiln incremental, shared"
 	NativeCgoSplit   = "native cgo split"
 	NativeCgoUniform = "native cgo uniform"
 )
 
 type runner struct {
-	opts Options
-	// sent are the binaries the last kiln build sent.
-	sent    []string
+	opts    Options
 	plan    *plan.Plan
 	daemon  *buildkit.Daemon
 	report  *Report
@@ -273,19 +271,16 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		r.report.ModuleDownload = fmt.Sprintf("in both: %d modules; native cold starts from an empty GOMODCACHE, kiln cold from empty cache mounts", len(p.Modules))
 	}
 
+	only := func(group string) bool { return len(opts.Only) == 0 || slices.Contains(opts.Only, group) }
 	// Each scenario with the groups that run it, in the order they run.
 	all := []struct {
 		run    func(context.Context) error
 		groups []string
 	}{
 		{r.cold, []string{"cold", "noop", "kept", "edits"}},
-		{r.nativeWarm, []string{"noop", "kept"}},
-		{r.nativeIncremental(NativeOneBinary, r.report.OneBinaryEdit), []string{"edits"}},
-		{r.nativeIncremental(NativeShared, r.report.SharedEdit), []string{"edits"}},
-		{r.kilnCachesKept, []string{"kept"}},
-		{r.kilnWarm, []string{"noop"}},
-		{r.kilnIncremental(KilnOneBinary, r.report.OneBinaryEdit), []string{"edits"}},
-		{r.kilnIncremental(KilnShared, r.report.SharedEdit), []string{"edits"}},
+		{r.warm(only("noop"), only("kept")), []string{"noop", "kept"}},
+		{r.incremental(NativeOneBinary, KilnOneBinary, r.report.OneBinaryEdit), []string{"edits"}},
+		{r.incremental(NativeShared, KilnShared, r.report.SharedEdit), []string{"edits"}},
 		{r.freshDaemon(KilnFreshLayers, false), []string{"fresh"}},
 		{r.freshDaemon(KilnFreshSnapshot, true), []string{"fresh"}},
 		{r.cgo, []string{"cgo"}},
@@ -419,36 +414,64 @@ func (r *runner) nativeBuild(ctx context.Context, gocache string) (sample, error
 	return total, nil
 }
 
-// cold runs native cold and kiln cold -runs times, taking turns, so that
-// the machine's drift over the minutes they take (10-25% within an hour
-// was seen on a 2-core machine) weighs on both alike, and a single slow
-// sample does not make either figure.
-func (r *runner) cold(ctx context.Context) error {
-	var native, kiln []sample
-	var steps buildkit.Steps
+// contender is one side of a figure: the scenario it reports and one run
+// of it. Native runs return no steps.
+type contender struct {
+	sc  Scenario
+	run func(context.Context) (sample, buildkit.Steps, error)
+}
+
+// turns runs every contender once per round, -runs rounds, after prepare
+// (an edit) when set. Native and kiln take turns, so that the machine's
+// drift over the minutes a figure takes (10-30% within an hour was seen on
+// a 2-core machine) weighs on a ratio's two sides alike.
+func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ...contender) error {
+	samples := make([][]sample, len(cs))
+	steps := make([]buildkit.Steps, len(cs))
 	for i := 1; i <= r.opts.Runs; i++ {
-		r.progress(NativeCold, i, r.opts.Runs)
-		s, err := r.nativeColdRun(ctx)
-		if err != nil {
-			return err
+		if prepare != nil {
+			if err := prepare(i); err != nil {
+				return err
+			}
 		}
-		native = append(native, s)
-		r.progress(KilnCold, i, r.opts.Runs)
-		s, st, err := r.kilnPrunedBuild(ctx, true)
-		if err != nil {
-			return err
+		for j, c := range cs {
+			r.progress(c.sc.Name, i, r.opts.Runs)
+			s, st, err := c.run(ctx)
+			if err != nil {
+				return err
+			}
+			samples[j], steps[j] = append(samples[j], s), st
 		}
-		kiln, steps = append(kiln, s), st
 	}
+	for j, c := range cs {
+		sc := c.sc
+		if sc.Kind == "kiln" {
+			r.describe(&sc, steps[j], samples[j][len(samples[j])-1].Sent)
+		} else {
+			sc.GoCache = dirSize(r.nativeCache)
+		}
+		r.add(sc, samples[j])
+	}
+	return nil
+}
+
+// native is a native build as a contender's run.
+func native(build func(context.Context) (sample, error)) func(context.Context) (sample, buildkit.Steps, error) {
+	return func(ctx context.Context) (sample, buildkit.Steps, error) {
+		s, err := build(ctx)
+		return s, nil, err
+	}
+}
+
+func (r *runner) cold(ctx context.Context) error {
 	desc := "go build on the host, empty GOCACHE and output folder"
-	if r.nativeModCache != "" {
+	if len(r.plan.Modules) > 0 {
 		desc = "go build on the host, empty GOCACHE, GOMODCACHE and output folder"
 	}
-	r.add(Scenario{Name: NativeCold, Kind: "native", Description: desc, GoCache: dirSize(r.nativeCache)}, native)
-	sc := Scenario{Name: KilnCold, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts; kiln's cache keeps the toolchain and kilnstep, as the host keeps Go for native", Baseline: NativeCold}
-	r.describe(&sc, steps)
-	r.add(sc, kiln)
-	return nil
+	return r.turns(ctx, nil,
+		contender{Scenario{Name: NativeCold, Kind: "native", Description: desc}, native(r.nativeColdRun)},
+		contender{Scenario{Name: KilnCold, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts; kiln's cache keeps the toolchain and kilnstep, as the host keeps Go for native", Baseline: NativeCold},
+			func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, true) }})
 }
 
 // nativeColdRun builds natively from an empty GOCACHE and output folder,
@@ -477,40 +500,41 @@ func (r *runner) nativeColdRun(ctx context.Context) (sample, error) {
 	return r.nativeBuild(ctx, r.nativeCache)
 }
 
-func (r *runner) nativeWarm(ctx context.Context) error {
-	var samples []sample
-	for i := 1; i <= r.opts.Runs; i++ {
-		r.progress(NativeWarm, i, r.opts.Runs)
-		s, err := r.nativeBuild(ctx, r.nativeCache)
-		if err != nil {
-			return err
+// warm times native's no-op against kiln's no-op and kiln's build after
+// `mage buildkit:prune`, each kiln run of the latter after a prune of its
+// own. Such a build takes about as long as native's warm no-op, the
+// baseline of both.
+func (r *runner) warm(noop, kept bool) func(context.Context) error {
+	return func(ctx context.Context) error {
+		cs := []contender{{Scenario{Name: NativeWarm, Kind: "native", Description: "go build again into the same folder, nothing changed (links nothing)"},
+			native(func(ctx context.Context) (sample, error) { return r.nativeBuild(ctx, r.nativeCache) })}}
+		if kept {
+			cs = append(cs, contender{Scenario{Name: KilnColdMounts, Kind: "kiln", Description: "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", Baseline: NativeWarm},
+				func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, false) }})
 		}
-		samples = append(samples, s)
+		if noop {
+			cs = append(cs, contender{Scenario{Name: KilnWarm, Kind: "kiln", Description: "nothing changed", Baseline: NativeWarm}, r.kilnBuild})
+		}
+		return r.turns(ctx, nil, cs...)
 	}
-	r.add(Scenario{Name: NativeWarm, Kind: "native", Description: "go build again into the same folder, nothing changed (links nothing)", GoCache: dirSize(r.nativeCache)}, samples)
-	return nil
 }
 
-func (r *runner) nativeIncremental(name, pkg string) func(context.Context) error {
+// incremental times native and kiln after the same edit to pkg, each round
+// a new one.
+func (r *runner) incremental(nativeName, kilnName, pkg string) func(context.Context) error {
 	return func(ctx context.Context) error {
 		if pkg == "" {
-			r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: name, Kind: "native", Note: "no such package in this module"})
+			for _, sc := range []Scenario{{Name: nativeName, Kind: "native"}, {Name: kilnName, Kind: "kiln"}} {
+				sc.Note = "no such package in this module"
+				r.report.Scenarios = append(r.report.Scenarios, sc)
+			}
 			return nil
 		}
-		var samples []sample
-		for i := 1; i <= r.opts.Runs; i++ {
-			r.progress(name, i, r.opts.Runs)
-			if err := r.edit(pkg, i); err != nil {
-				return err
-			}
-			s, err := r.nativeBuild(ctx, r.nativeCache)
-			if err != nil {
-				return err
-			}
-			samples = append(samples, s)
-		}
-		r.add(Scenario{Name: name, Kind: "native", Description: "go build after an edit to " + pkg, GoCache: dirSize(r.nativeCache)}, samples)
-		return nil
+		edit := func(round int) error { return r.edit(pkg, round) }
+		return r.turns(ctx, edit,
+			contender{Scenario{Name: nativeName, Kind: "native", Description: "go build after an edit to " + pkg},
+				native(func(ctx context.Context) (sample, error) { return r.nativeBuild(ctx, r.nativeCache) })},
+			contender{Scenario{Name: kilnName, Kind: "kiln", Description: "after an edit to " + pkg, Baseline: nativeName}, r.kilnBuild})
 	}
 }
 
@@ -541,19 +565,16 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 	start := time.Now()
 	out, err := build.Binaries(ctx, opts)
 	wall := time.Since(start)
-	r.sent = nil
-	if out != nil {
-		for _, f := range out.Sent {
-			if rel, err := filepath.Rel(out.Dir, f); err == nil {
-				r.sent = append(r.sent, rel)
-			}
-		}
-	}
 	rss, groups := peak.Stop()
 	if err != nil {
 		return sample{}, nil, err
 	}
 	s := sample{Wall: wall, CPU: -1, PeakRSS: -1}
+	for _, f := range out.Sent {
+		if rel, err := filepath.Rel(out.Dir, f); err == nil {
+			s.Sent = append(s.Sent, rel)
+		}
+	}
 	if cpuAfter, ok := processCPU(pid()); ok && cpuOK {
 		s.CPU = cpuAfter - cpuBefore
 		s.PeakRSS, s.Peaks = rss, groups
@@ -561,8 +582,10 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 	return s, out.Steps, nil
 }
 
-func (r *runner) describe(s *Scenario, steps buildkit.Steps) {
-	s.Ran, s.Reused, s.StepsRan, s.StepTimes, s.Sent = 0, 0, nil, nil, r.sent
+// describe fills in what kiln's last run of a scenario did: the steps that
+// ran and the binaries it sent.
+func (r *runner) describe(s *Scenario, steps buildkit.Steps, sent []string) {
+	s.Ran, s.Reused, s.StepsRan, s.StepTimes, s.Sent = 0, 0, nil, nil, sent
 	for _, st := range steps {
 		if st.Cached {
 			s.Reused++
@@ -612,66 +635,6 @@ func (r *runner) kilnPrunedBuild(ctx context.Context, all bool) (sample, buildki
 	opts := r.opts.Build
 	opts.Rebuild = true
 	return r.kilnBuildWith(ctx, opts)
-}
-
-// kilnCachesKept times builds after `mage buildkit:prune`, each after a
-// prune of its own. Such a build takes about as long as native's warm
-// no-op, its baseline.
-func (r *runner) kilnCachesKept(ctx context.Context) error {
-	sc := Scenario{Name: KilnColdMounts, Kind: "kiln", Description: "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", Baseline: NativeWarm}
-	return r.kilnRuns(ctx, sc, func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, false) })
-}
-
-func (r *runner) kilnWarm(ctx context.Context) error {
-	sc := Scenario{Name: KilnWarm, Kind: "kiln", Description: "nothing changed", Baseline: NativeWarm}
-	return r.kilnRuns(ctx, sc, r.kilnBuild)
-}
-
-// kilnRuns times build -runs times and reports the scenario.
-func (r *runner) kilnRuns(ctx context.Context, sc Scenario, build func(context.Context) (sample, buildkit.Steps, error)) error {
-	var samples []sample
-	var steps buildkit.Steps
-	for i := 1; i <= r.opts.Runs; i++ {
-		r.progress(sc.Name, i, r.opts.Runs)
-		s, st, err := build(ctx)
-		if err != nil {
-			return err
-		}
-		samples, steps = append(samples, s), st
-	}
-	r.describe(&sc, steps)
-	r.add(sc, samples)
-	return nil
-}
-
-func (r *runner) kilnIncremental(name, pkg string) func(context.Context) error {
-	return func(ctx context.Context) error {
-		if pkg == "" {
-			r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: name, Kind: "kiln", Note: "no such package in this module"})
-			return nil
-		}
-		var samples []sample
-		var steps buildkit.Steps
-		for i := 1; i <= r.opts.Runs; i++ {
-			r.progress(name, i, r.opts.Runs)
-			if err := r.edit(pkg, 100+i); err != nil {
-				return err
-			}
-			s, st, err := r.kilnBuild(ctx)
-			if err != nil {
-				return err
-			}
-			samples, steps = append(samples, s), st
-		}
-		baseline := NativeOneBinary
-		if name == KilnShared {
-			baseline = NativeShared
-		}
-		sc := Scenario{Name: name, Kind: "kiln", Description: "after an edit to " + pkg, Baseline: baseline}
-		r.describe(&sc, steps)
-		r.add(sc, samples)
-		return nil
-	}
 }
 
 // cgo times the seed experiment natively for the host platform: the first

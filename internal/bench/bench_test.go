@@ -92,8 +92,8 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	if err := json.Unmarshal(data, &fromDisk); err != nil {
 		t.Fatalf("latest.json: %v", err)
 	}
-	want := []string{bench.NativeCold, bench.KilnCold, bench.NativeWarm, bench.NativeOneBinary, bench.NativeShared,
-		bench.KilnColdMounts, bench.KilnWarm, bench.KilnOneBinary, bench.KilnShared,
+	want := []string{bench.NativeCold, bench.KilnCold, bench.NativeWarm, bench.KilnColdMounts, bench.KilnWarm,
+		bench.NativeOneBinary, bench.KilnOneBinary, bench.NativeShared, bench.KilnShared,
 		bench.KilnFreshLayers, bench.KilnFreshSnapshot,
 		bench.NativeCgoSplit, bench.NativeCgoUniform}
 	var names []string

@@ -22,6 +22,8 @@ type sample struct {
 	PeakRSS int64         // bytes; -1 when it cannot be read
 	// Peaks is the largest resident memory of each process group.
 	Peaks map[string]int64
+	// Sent are the binaries a kiln build sent, relative to its output.
+	Sent []string
 }
 
 // Process groups of the memory breakdown: what a build runs, by name.

@@ -76,7 +76,7 @@ func (r *runner) freshDaemon(name string, snapshot bool) func(context.Context) e
 		if snapshot {
 			sc.Description = "empty daemon importing the layer cache and seeding GOCACHE from the snapshot, after an edit to " + pkg
 		}
-		r.describe(&sc, steps)
+		r.describe(&sc, steps, s.Sent)
 		r.add(sc, []sample{s})
 		return nil
 	}
