@@ -89,7 +89,10 @@ type Scenario struct {
 	// Ratio is Median / that scenario's Median.
 	Baseline string  `json:"baseline,omitempty"`
 	Ratio    float64 `json:"ratio,omitempty"`
-	Note     string  `json:"note,omitempty"`
+	// RoundRatios are each run against the native run it took turns with:
+	// how far one round's ratio strays from the median's.
+	RoundRatios []float64 `json:"roundRatios,omitempty"`
+	Note        string    `json:"note,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -699,8 +702,15 @@ func (r *runner) ratios() {
 		if s.Baseline == "" {
 			continue
 		}
-		if b := r.report.Scenario(s.Baseline); b != nil && b.Median > 0 {
-			s.Ratio = float64(s.Median) / float64(b.Median)
+		b := r.report.Scenario(s.Baseline)
+		if b == nil || b.Median <= 0 {
+			continue
+		}
+		s.Ratio = float64(s.Median) / float64(b.Median)
+		if b.Kind == "native" && len(b.Runs) == len(s.Runs) {
+			for i, run := range s.Runs {
+				s.RoundRatios = append(s.RoundRatios, float64(run)/float64(b.Runs[i]))
+			}
 		}
 	}
 }

@@ -105,6 +105,10 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 		if s.Kind == "kiln" && (s.Ratio <= 0 || s.Ran+s.Reused == 0) {
 			t.Errorf("%s: ratio %v, steps %d/%d", s.Name, s.Ratio, s.Ran, s.Ran+s.Reused)
 		}
+		// A kiln run took turns with the native run of its round.
+		if native := fromDisk.Scenario(s.Baseline); native != nil && native.Kind == "native" && (len(s.RoundRatios) != 1 || s.RoundRatios[0] != float64(s.Runs[0])/float64(native.Runs[0])) {
+			t.Errorf("%s: round ratios %v against %s's runs %v", s.Name, s.RoundRatios, native.Name, native.Runs)
+		}
 	}
 	if !slices.Equal(names, want) {
 		t.Errorf("scenarios %v, want %v", names, want)

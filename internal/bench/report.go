@@ -86,6 +86,14 @@ func ratio(s Scenario) string {
 	return fmt.Sprintf("%.2fx", s.Ratio)
 }
 
+func roundRatios(rs []float64) string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, fmt.Sprintf("%.2fx", r))
+	}
+	return strings.Join(out, ", ")
+}
+
 func steps(s Scenario) string {
 	if s.Kind != "kiln" {
 		return "-"
@@ -150,6 +158,9 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(w, "- **%s**: %s", s.Name, s.Description)
 			if len(s.StepsRan) > 0 && len(s.StepsRan) <= 12 {
 				fmt.Fprintf(w, "; steps that ran: %s", strings.Join(s.StepsRan, ", "))
+			}
+			if len(s.RoundRatios) > 1 {
+				fmt.Fprintf(w, "; round by round: %s", roundRatios(s.RoundRatios))
 			}
 			if longest := longestSteps(s.StepTimes, 4); longest != "" {
 				fmt.Fprintf(w, "; longest: %s", longest)
