@@ -427,7 +427,9 @@ type contender struct {
 // turns runs every contender once per round, -runs rounds, after prepare
 // (an edit) when set. Native and kiln take turns, so that the machine's
 // drift over the minutes a figure takes (10-30% within an hour was seen on
-// a 2-core machine) weighs on a ratio's two sides alike.
+// a 2-core machine) weighs on a ratio's two sides alike, and every other
+// round in the reverse order, so that neither side always runs second,
+// after the other's writes.
 func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ...contender) error {
 	samples := make([][]sample, len(cs))
 	steps := make([]buildkit.Steps, len(cs))
@@ -437,7 +439,8 @@ func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ..
 				return err
 			}
 		}
-		for j, c := range cs {
+		for _, j := range roundOrder(len(cs), i) {
+			c := cs[j]
 			r.progress(c.sc.Name, i, r.opts.Runs)
 			s, st, err := c.run(ctx)
 			if err != nil {
@@ -456,6 +459,19 @@ func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ..
 		r.add(sc, samples[j])
 	}
 	return nil
+}
+
+// roundOrder is the order n contenders run in on round (from 1): as given
+// on odd rounds, reversed on even ones.
+func roundOrder(n, round int) []int {
+	order := make([]int, n)
+	for j := range order {
+		order[j] = j
+	}
+	if round%2 == 0 {
+		slices.Reverse(order)
+	}
+	return order
 }
 
 // native is a native build as a contender's run.
