@@ -36,16 +36,14 @@ func main() {
 	args := append([]string{"tool", "-C", "magefiles", "mage", "-d", ".", "-w", ".."}, os.Args[1:]...)
 	cmd := exec.Command("go", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = os.Environ()
 	done := make(chan struct{})
 	var marker string
 	if f, err := os.CreateTemp("", "kiln-mage-"); err == nil {
 		f.Close()
 		marker = f.Name()
-		cmd.Env = append(os.Environ(), startedEnv+"="+marker)
+		cmd.Env = append(cmd.Env, startedEnv+"="+marker)
 		go sayCompiling(marker, done)
-	}
-	if cmd.Env == nil {
-		cmd.Env = os.Environ()
 	}
 	goflags, set := os.LookupEnv("GOFLAGS")
 	saved := "unset"
