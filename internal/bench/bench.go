@@ -390,7 +390,7 @@ func (r *runner) goEnv(gocache string, target string, cgo string) []string {
 // nativeBuild builds every binary for every platform on the host, one go
 // command per platform into the same folder every time, as a developer
 // would: go relinks only the binaries whose build ID is out of date.
-func (r *runner) nativeBuild(ctx context.Context, gocache string) (sample, error) {
+func (r *runner) nativeBuild(ctx context.Context) (sample, error) {
 	if r.nativeOut == "" {
 		var err error
 		if r.nativeOut, err = os.MkdirTemp("", "kiln-bench-native-"); err != nil {
@@ -405,7 +405,7 @@ func (r *runner) nativeBuild(ctx context.Context, gocache string) (sample, error
 		for _, b := range r.plan.Binaries {
 			args = append(args, b.Package)
 		}
-		s, err := runCommand(ctx, r.plan.Root, r.goEnv(gocache, target, "0"), "go", args...)
+		s, err := runCommand(ctx, r.plan.Root, r.goEnv(r.nativeCache, target, "0"), "go", args...)
 		if err != nil {
 			return sample{}, err
 		}
@@ -516,7 +516,7 @@ func (r *runner) nativeColdRun(ctx context.Context) (sample, error) {
 			return sample{}, err
 		}
 	}
-	return r.nativeBuild(ctx, r.nativeCache)
+	return r.nativeBuild(ctx)
 }
 
 // warm times native's no-op against kiln's no-op and kiln's build after
@@ -526,7 +526,7 @@ func (r *runner) nativeColdRun(ctx context.Context) (sample, error) {
 func (r *runner) warm(noop, kept bool) func(context.Context) error {
 	return func(ctx context.Context) error {
 		cs := []contender{{Scenario{Name: NativeWarm, Kind: "native", Description: "go build again into the same folder, nothing changed (links nothing)"},
-			native(func(ctx context.Context) (sample, error) { return r.nativeBuild(ctx, r.nativeCache) })}}
+			native(r.nativeBuild)}}
 		if kept {
 			cs = append(cs, contender{Scenario{Name: KilnColdMounts, Kind: "kiln", Description: "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", Baseline: NativeWarm},
 				func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, false) }})
@@ -552,7 +552,7 @@ func (r *runner) incremental(nativeName, kilnName, pkg string) func(context.Cont
 		edit := func(round int) error { return r.edit(pkg, round) }
 		return r.turns(ctx, edit,
 			contender{Scenario{Name: nativeName, Kind: "native", Description: "go build after an edit to " + pkg},
-				native(func(ctx context.Context) (sample, error) { return r.nativeBuild(ctx, r.nativeCache) })},
+				native(r.nativeBuild)},
 			contender{Scenario{Name: kilnName, Kind: "kiln", Description: "after an edit to " + pkg, Baseline: nativeName}, r.kilnBuild})
 	}
 }
