@@ -350,9 +350,24 @@ func LinkStepName(binary string, target ocispec.Platform) string {
 // go build step that made it (its GOCACHE holds the binary's packages).
 type Built struct {
 	Binaries map[string]llb.State
-	Steps    map[string]llb.State
+	// Outputs are the go build step's output of each binary, which holds
+	// that binary alone, at BinaryPath.
+	Outputs map[string]llb.State
+	Steps   map[string]llb.State
 	// Step is the platform's (first) go build step.
 	Step llb.State
+}
+
+// PlatformDir is the output folder name of a platform: linux_amd64, linux_arm_v7.
+func PlatformDir(p ocispec.Platform) string {
+	return strings.ReplaceAll(config.FormatPlatform(p), "/", "_")
+}
+
+// BinaryPath is where a binary lies in its go build output (Built.Outputs):
+// where the binaries target writes it under its folder, so that the outputs
+// of several binaries merge into what it writes, with no copy.
+func BinaryPath(b plan.Binary, target ocispec.Platform) string {
+	return "/" + PlatformDir(target) + "/" + b.Name
 }
 
 // SideBySide is how many platforms' go builds run at once. Their compiles
@@ -384,7 +399,7 @@ const cpuTokensDir = "/kiln/cpus"
 // and after, when set, is the go build this one waits for: SideBySide
 // platforms before it, so that no more run at once.
 func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, side int, after *llb.State) Built {
-	out := Built{Binaries: map[string]llb.State{}, Steps: map[string]llb.State{}}
+	out := Built{Binaries: map[string]llb.State{}, Outputs: map[string]llb.State{}, Steps: map[string]llb.State{}}
 	var groups [][]plan.Binary
 	for _, b := range bins {
 		placed := false
@@ -403,14 +418,16 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, side 
 		if i > 0 {
 			name += fmt.Sprintf(" (%d)", i+1)
 		}
-		step := g.goBuild(grp, i, target, g.Plan.GoEnv.BuildArgs, name, side, after)
+		outputs := g.goBuild(grp, i, target, g.Plan.GoEnv.BuildArgs, name, side, after)
+		step := outputs[0]
 		if i == 0 {
 			out.Step = step
 		}
-		for _, b := range grp {
+		for j, b := range grp {
 			out.Steps[b.Name] = step
+			out.Outputs[b.Name] = outputs[j]
 			out.Binaries[b.Name] = llb.Scratch().File(
-				llb.Copy(step, "/"+ExecFile(b, target), "/"+b.Name),
+				llb.Copy(outputs[j], BinaryPath(b, target), "/"+b.Name),
 				llb.WithCustomName(LinkStepName(b.Name, target)))
 		}
 	}
@@ -433,13 +450,14 @@ func KeptBinariesCacheID(goCacheID string, target ocispec.Platform) string {
 }
 
 // goBuild is `go build -o DIR/ PKG...` of some binaries for one platform,
-// run by kilnstep where the last build's binaries are kept; the step's
-// output holds the binaries at /<exec name>.
-func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, flags []string, name string, side int, after *llb.State) llb.State {
+// run by kilnstep where the last build's binaries are kept; it has an
+// output per binary, in the order of bins, holding it at BinaryPath. A
+// binary in an output of its own is exported without a copy.
+func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, flags []string, name string, side int, after *llb.State) []llb.State {
 	_, union := g.packageArgs(bins)
 	var names []string
-	for _, b := range bins {
-		names = append(names, ExecFile(b, target))
+	for i, b := range bins {
+		names = append(names, ExecFile(b, target)+"="+strconv.Itoa(i)+BinaryPath(b, target))
 	}
 	cpus, tokens := cpuTokens(side)
 	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, outDir, strings.Join(names, ","), strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
@@ -472,7 +490,11 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 		extra = append(extra, llb.AddMount(buildkit.StdDir, std, llb.Readonly))
 	}
 	run := g.GoCommand(args, g.Sources(union), target, name, extra...)
-	return run.AddMount(outDir, llb.Scratch())
+	outputs := make([]llb.State, len(bins))
+	for i := range bins {
+		outputs[i] = run.AddMount(outDir+"/"+strconv.Itoa(i), llb.Scratch())
+	}
+	return outputs
 }
 
 // StdStepName is the vertex name of the step that compiles a platform's

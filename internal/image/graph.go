@@ -80,17 +80,17 @@ func (s *Graph) Binary(name string, target ocispec.Platform) llb.State {
 }
 
 // Linked is one binary for one platform where its go build step leaves
-// it: the step's output and the file's path in it. Unlike Binary's copy,
-// BuildKit keys nothing on the binary alone here, so it suits a file that
-// is only exported, not a layer.
+// it: the step's output of that binary alone, and the file's path in it
+// (golang.BinaryPath). Unlike Binary's copy, BuildKit keys nothing on the
+// binary alone here, so it suits a file that is only exported, not a layer.
 func (s *Graph) Linked(name string, target ocispec.Platform) (llb.State, string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	step, ok := s.builtFor(target).Steps[name]
+	out, ok := s.builtFor(target).Outputs[name]
 	if !ok {
 		panic(fmt.Sprintf("binary %s is not built for %s", name, config.FormatPlatform(target)))
 	}
-	return step, "/" + golang.ExecFile(*s.Plan.Binary(name), target)
+	return out, golang.BinaryPath(*s.Plan.Binary(name), target)
 }
 
 // binaryWithSymbols is binary keeping the symbol table, for size reports.

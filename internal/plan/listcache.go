@@ -14,8 +14,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -235,28 +238,58 @@ func (c listCache) write(path string, rec *listRecord) {
 	}
 }
 
-// current reports whether every input is as recorded.
+// current reports whether every input is as recorded. The checks run on
+// every CPU: on a vendored tree they are 1,200 directory listings and 5,600
+// stats (60 ms on one core), and the build waits for them.
 func (rec *listRecord) current() bool {
+	var stale atomic.Bool
+	checks := make(chan func() bool, 256)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for check := range checks {
+				if !stale.Load() && !check() {
+					stale.Store(true)
+				}
+			}
+		}()
+	}
 	for d, want := range rec.Dirs {
-		if got, _, err := dirListing(d); err != nil || got != want {
-			return false
+		if stale.Load() {
+			break
+		}
+		checks <- func() bool {
+			got, _, err := dirListing(d)
+			return err == nil && got == want
 		}
 	}
 	for f, want := range rec.Files {
-		fi, err := os.Stat(f)
-		if err != nil {
-			return false
+		if stale.Load() {
+			break
 		}
-		racy := fi.ModTime().UnixNano() > rec.RecordedAt-int64(racyWindow)
-		if fi.Size() == want.Size && fi.ModTime().UnixNano() == want.ModTime && !racy {
-			continue
-		}
-		got, err := readHead(f)
-		if err != nil || got.Head != want.Head {
-			return false
-		}
+		checks <- func() bool { return rec.fileCurrent(f, want) }
 	}
-	return true
+	close(checks)
+	wg.Wait()
+	return !stale.Load()
+}
+
+// fileCurrent reports whether a file go list read is as recorded: by its
+// stat when it was old enough at the recording to trust, else by what go
+// list reads of it.
+func (rec *listRecord) fileCurrent(f string, want fileHead) bool {
+	fi, err := os.Stat(f)
+	if err != nil {
+		return false
+	}
+	racy := fi.ModTime().UnixNano() > rec.RecordedAt-int64(racyWindow)
+	if fi.Size() == want.Size && fi.ModTime().UnixNano() == want.ModTime && !racy {
+		return true
+	}
+	got, err := readHead(f)
+	return err == nil && got.Head == want.Head
 }
 
 // dirListing is the digest of a package directory's entry names and kinds,

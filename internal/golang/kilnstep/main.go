@@ -9,7 +9,8 @@
 //	kilnstep gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS...
 //	                            runs go build -o KEEP/ (it relinks only the
 //	                            binaries whose inputs changed) and copies
-//	                            NAMES (comma-separated) to OUT; SIDE go
+//	                            NAMES (comma-separated NAME or NAME=PATH)
+//	                            to OUT; SIDE go
 //	                            builds run side by side, sharing the CPU
 //	                            tokens in the directory CPUS ("-" alone)
 //	kilnstep tool CPUS TOOL ARGS...
@@ -528,7 +529,8 @@ func runWithout(dir string, names []string) error {
 }
 
 // gobuild runs the go command, whose -o is KEEP/, and copies the named
-// binaries to OUT. go skips the link of a binary in KEEP whose build ID
+// binaries to OUT: NAME to OUT/NAME, or NAME=PATH to OUT/PATH (a binary's
+// own output mount, laid out as it is exported). go skips the link of a binary in KEEP whose build ID
 // says it was linked from the same inputs, so an edit relinks only the
 // binaries it reaches. go writes over a binary in place, so one that a
 // killed step left half-written could carry the right build ID: a binary
@@ -562,8 +564,16 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		return err
 	}
 	next := map[string]keptFile{}
-	for _, name := range names {
-		sum, err := copyBlankingBuildID(filepath.Join(keep, name), filepath.Join(out, name))
+	for _, entry := range names {
+		name, dest, _ := strings.Cut(entry, "=")
+		if dest == "" {
+			dest = name
+		}
+		dest = filepath.Join(out, dest)
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return err
+		}
+		sum, err := copyBlankingBuildID(filepath.Join(keep, name), dest)
 		if err != nil {
 			return err
 		}
@@ -584,7 +594,7 @@ func gobuild(keep, out string, names, goArgs []string) error {
 			k.Linked = was.Linked
 		}
 		linked := time.Unix(0, k.Linked)
-		if err := os.Chtimes(filepath.Join(out, name), linked, linked); err != nil {
+		if err := os.Chtimes(dest, linked, linked); err != nil {
 			return err
 		}
 		next[name] = k
