@@ -24,7 +24,6 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	bksession "github.com/moby/buildkit/session"
-	"github.com/moby/buildkit/solver/pb"
 	"github.com/moby/patternmatcher/ignorefile"
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -792,16 +791,13 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 			candidates := map[digest.Digest][]int{}
 			defs := map[digest.Digest]*llb.Definition{}
 			var waitFor []llb.State
-			steps := map[digest.Digest]bool{}
 			for i, f := range files {
 				def, err := f.From.Marshal(ctx)
 				if err != nil {
 					return nil, err
 				}
 				key := digest.FromBytes(def.Def[len(def.Def)-1])
-				// The binaries of one go build are outputs of one step.
-				if step := producer(def); !steps[step] {
-					steps[step] = true
+				if _, seen := defs[key]; !seen {
 					waitFor = append(waitFor, f.From)
 				}
 				defs[key] = def
@@ -814,11 +810,12 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 				}
 				candidates[key] = append(candidates[key], i)
 			}
-			// One solve runs every step the files come from side by side;
-			// then each is solved again, done, one at a time. BuildKit was
-			// seen to release a step's result twice when solves sharing
-			// steps ran at once in one job, and a later step then found
-			// that mount empty.
+			// One solve runs every step the files come from side by side,
+			// asking for every output (BuildKit keeps the result of only
+			// those a solve asked for); then each is solved again, done,
+			// one at a time. BuildKit was seen to release a step's result
+			// twice when solves sharing steps ran at once in one job, and
+			// a later step then found that mount empty.
 			if len(order) > 0 && len(waitFor) > 1 {
 				def, err := image.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
 				if err != nil {
@@ -907,17 +904,6 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 		}
 	}
 	return out.Steps, sent, nil
-}
-
-// producer is the step whose output a definition ends in: the input of its
-// last op, which only selects the output.
-func producer(def *llb.Definition) digest.Digest {
-	last := def.Def[len(def.Def)-1]
-	var op pb.Op
-	if err := op.UnmarshalVT(last); err != nil || len(op.Inputs) == 0 {
-		return digest.FromBytes(last)
-	}
-	return digest.Digest(op.Inputs[0].Digest)
 }
 
 // copyFile copies a file with its mode and modification time.

@@ -351,7 +351,9 @@ func LinkStepName(binary string, target ocispec.Platform) string {
 type Built struct {
 	Binaries map[string]llb.State
 	// Outputs are the go build step's output of each binary, which holds
-	// that binary alone, at BinaryPath.
+	// that binary alone, at BinaryPath. A solve that asks for some must
+	// ask for all of the step's (see BuildBinaries), or BuildKit keeps no
+	// result of the others and runs the step again for them.
 	Outputs map[string]llb.State
 	Steps   map[string]llb.State
 	// Step is the platform's (first) go build step.
@@ -419,6 +421,11 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, side 
 			name += fmt.Sprintf(" (%d)", i+1)
 		}
 		outputs := g.goBuild(grp, i, target, g.Plan.GoEnv.BuildArgs, name, side, after)
+		// BuildKit keeps the result of a step's output only in a solve that
+		// asked for that output: one that asked for another ran the step
+		// again. So a binary is copied out of all of them together (a merge
+		// copies no data), and every solve asks for every output.
+		all := llb.Merge(outputs)
 		step := outputs[0]
 		if i == 0 {
 			out.Step = step
@@ -427,7 +434,7 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, side 
 			out.Steps[b.Name] = step
 			out.Outputs[b.Name] = outputs[j]
 			out.Binaries[b.Name] = llb.Scratch().File(
-				llb.Copy(outputs[j], BinaryPath(b, target), "/"+b.Name),
+				llb.Copy(all, BinaryPath(b, target), "/"+b.Name),
 				llb.WithCustomName(LinkStepName(b.Name, target)))
 		}
 	}
