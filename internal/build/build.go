@@ -765,7 +765,10 @@ type FileCopy struct {
 	// Whole says From holds this file alone, at Src, which is Dest: the
 	// export merges From with the other files rather than copying it. A
 	// merge copies no data; the copy of a 57 MB binary took 0.18-0.36 s
-	// in the bench's edits.
+	// in the bench's edits. A Whole From is one output of a go build step
+	// (Graph.Linked): an export must then list every binary of that step,
+	// as Binaries does, or BuildKit keeps no result of the outputs it did
+	// not ask for and a later solve runs the step again.
 	Whole bool
 }
 
@@ -863,7 +866,7 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 				}
 			}
 			if fa != nil {
-				whole = append(whole, llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect", name)))
+				whole = append(whole, llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect copies", name)))
 			}
 			st := llb.Merge(whole, llb.WithCustomNamef("[%s] collect", name))
 			def, err := st.Marshal(ctx)

@@ -355,8 +355,10 @@ type Built struct {
 	// ask for all of the step's (see BuildBinaries), or BuildKit keeps no
 	// result of the others and runs the step again for them.
 	Outputs map[string]llb.State
-	Steps   map[string]llb.State
-	// Step is the platform's (first) go build step.
+	// Steps are each binary's go build step, as the merge of all its
+	// outputs: what a step that must come after it mounts.
+	Steps map[string]llb.State
+	// Step is the platform's (first) go build step, as Steps gives it.
 	Step llb.State
 }
 
@@ -426,12 +428,11 @@ func (g *Graph) BuildBinaries(bins []plan.Binary, target ocispec.Platform, side 
 		// again. So a binary is copied out of all of them together (a merge
 		// copies no data), and every solve asks for every output.
 		all := llb.Merge(outputs)
-		step := outputs[0]
 		if i == 0 {
-			out.Step = step
+			out.Step = all
 		}
 		for j, b := range grp {
-			out.Steps[b.Name] = step
+			out.Steps[b.Name] = all
 			out.Outputs[b.Name] = outputs[j]
 			out.Binaries[b.Name] = llb.Scratch().File(
 				llb.Copy(all, BinaryPath(b, target), "/"+b.Name),
@@ -572,10 +573,10 @@ func (g *Graph) packageArgs(bins []plan.Binary) ([]string, plan.Binary) {
 }
 
 // LinkWithSymbols links one binary keeping the symbol table (no -s -w), for
-// size reports, after built (its go build step) filled GOCACHE with its
-// packages, so little more than the link runs (a main package go found up
-// to date in the kept binaries is compiled here). The result holds the
-// binary at /<name>.
+// size reports, after built (its go build step, as Built.Steps gives it)
+// filled GOCACHE with its packages, so little more than the link runs (a
+// main package go found up to date in the kept binaries is compiled here).
+// The result holds the binary at /<name>.
 func (g *Graph) LinkWithSymbols(b plan.Binary, built llb.State, target ocispec.Platform) llb.State {
 	name := fmt.Sprintf("[%s %s] go build with symbols", b.Name, config.FormatPlatform(target))
 	return g.link(b, g.Sources(b), built, target, withSymbols(g.Plan.GoEnv.BuildArgs), name)
