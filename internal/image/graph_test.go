@@ -450,3 +450,68 @@ func TestAKeptStepToolServesEveryStep(t *testing.T) {
 		t.Error("a step builds kilnstep although it is kept on the client")
 	}
 }
+
+// BuildKit keeps the result of a step's output only in a solve that asked
+// for it: a later solve that asks for another output of the same go build
+// runs the go build again. So wherever a go build of several binaries is an
+// input (a binary copied out for an image or an asset, the link with
+// symbols, the next platform's wait), it comes as a merge of all its
+// outputs. Each state is marshaled alone, as a job of its own would.
+func TestNoStepTakesOneOutputOfAGoBuild(t *testing.T) {
+	p := testPlan(t, "linux/amd64,linux/arm64,linux/arm/v7") // arm/v7 waits for amd64
+	g := image.NewGraph(p, nil, nil)
+	checked := 0
+	for _, target := range p.Platforms {
+		for _, b := range p.Binaries {
+			for what, st := range map[string]llb.State{"binary": g.Binary(b.Name, target), "with symbols": g.BinaryWithSymbols(b.Name, target)} {
+				def, err := st.Marshal(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				ops := map[digest.Digest]*pb.Op{}
+				for _, dt := range def.Def {
+					var op pb.Op
+					if err := op.UnmarshalVT(dt); err != nil {
+						t.Fatal(err)
+					}
+					ops[digestOf(dt)] = &op
+				}
+				outputs := map[digest.Digest]int{} // go builds of several binaries: their binaries' outputs
+				for dg, op := range ops {
+					if e := op.GetExec(); e != nil && len(e.Meta.Args) > 1 && e.Meta.Args[1] == "gobuild" {
+						n := 0
+						for _, m := range e.Mounts {
+							if m.Output != int64(pb.SkipOutput) && strings.HasPrefix(m.Dest, "/out/") {
+								n++
+							}
+						}
+						if n > 1 {
+							outputs[dg] = n
+						}
+					}
+				}
+				for dg, op := range ops {
+					asked := map[digest.Digest]map[int64]bool{}
+					for _, in := range op.Inputs {
+						if _, ok := outputs[digest.Digest(in.Digest)]; ok {
+							if asked[digest.Digest(in.Digest)] == nil {
+								asked[digest.Digest(in.Digest)] = map[int64]bool{}
+							}
+							asked[digest.Digest(in.Digest)][in.Index] = true
+						}
+					}
+					for step, idx := range asked {
+						checked++
+						name := def.Metadata[step].Description["llb.customname"]
+						if op.GetMerge() == nil || len(idx) != outputs[step] {
+							t.Errorf("%s %s: %s (%s) takes outputs %v of %s, which has %d: a later solve would run it again", b.Name, target.Architecture+target.Variant, def.Metadata[dg].Description["llb.customname"], what, slices.Sorted(maps.Keys(idx)), name, outputs[step])
+						}
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no step took a go build of several binaries as an input: the test checks nothing")
+	}
+}
