@@ -677,11 +677,6 @@ func assembleSteps(img plan.Image) []string {
 	return steps
 }
 
-// PlatformDir is the output folder name of a platform: linux_amd64, linux_arm_v7.
-func PlatformDir(p ocispec.Platform) string {
-	return golang.PlatformDir(p)
-}
-
 // BinariesOutcome is where Binaries wrote and which steps ran.
 type BinariesOutcome struct {
 	Dir string
@@ -720,9 +715,10 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 			// holds it where it goes (Whole): a step per binary that
 			// copies it out first would only add a round trip per file.
 			step, path := s.Linked(b.Name, target)
-			files = append(files, FileCopy{From: step, Src: path, Dest: "/" + PlatformDir(target) + "/" + b.Name, Whole: path == "/"+PlatformDir(target)+"/"+b.Name})
+			to := golang.BinaryPath(b, target)
+			files = append(files, FileCopy{From: step, Src: path, Dest: to, Whole: path == to})
 			links = append(links, golang.LinkStepName(b.Name, target))
-			written = append(written, filepath.Join(dest, PlatformDir(target), b.Name))
+			written = append(written, filepath.Join(dest, to))
 		}
 		built = append(built, golang.PackageStepName(target))
 	}

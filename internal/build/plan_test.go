@@ -11,6 +11,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
@@ -124,7 +125,7 @@ func TestPlatformDirNamesTheVariant(t *testing.T) {
 		{ocispec.Platform{OS: "linux", Architecture: "arm", Variant: "v7"}, "linux_arm_v7"},
 		{ocispec.Platform{OS: "linux", Architecture: "arm", Variant: "v6"}, "linux_arm_v6"},
 	} {
-		if got := build.PlatformDir(c.platform); got != c.want {
+		if got := golang.PlatformDir(c.platform); got != c.want {
 			t.Errorf("PlatformDir(%v) = %q, want %q", c.platform, got, c.want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
@@ -36,7 +37,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 	var files []FileCopy
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
-			pd := PlatformDir(target)
+			pd := golang.PlatformDir(target)
 			files = append(files,
 				FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/stripped/" + pd + "/" + b.Name},
 				FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
@@ -50,7 +51,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 	report := &verify.SizeReport{}
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
-			pd := PlatformDir(target)
+			pd := golang.PlatformDir(target)
 			stripped, err := os.ReadFile(filepath.Join(work, "stripped", pd, b.Name))
 			if err != nil {
 				return nil, err
@@ -59,7 +60,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 			if err != nil {
 				return nil, err
 			}
-			e, err := verify.Breakdown(b.Name, PlatformDir(target), stripped, symbols)
+			e, err := verify.Breakdown(b.Name, golang.PlatformDir(target), stripped, symbols)
 			if err != nil {
 				return nil, err
 			}
