@@ -845,13 +845,13 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 				}
 			}
 			var fa *llb.FileAction
-			var whole []llb.State
+			var parts []llb.State
 			for i, f := range files {
 				if held[i] {
 					continue
 				}
 				if f.Whole {
-					whole = append(whole, f.From)
+					parts = append(parts, f.From)
 					continue
 				}
 				opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
@@ -862,9 +862,9 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 				}
 			}
 			if fa != nil {
-				whole = append(whole, llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect copies", name)))
+				parts = append(parts, llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect copies", name)))
 			}
-			st := llb.Merge(whole, llb.WithCustomNamef("[%s] collect", name))
+			st := llb.Merge(parts, llb.WithCustomNamef("[%s] collect", name))
 			def, err := st.Marshal(ctx)
 			if err != nil {
 				return nil, err

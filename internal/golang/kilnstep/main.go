@@ -530,11 +530,12 @@ func runWithout(dir string, names []string) error {
 
 // gobuild runs the go command, whose -o is KEEP/, and copies the named
 // binaries to OUT: NAME to OUT/NAME, or NAME=PATH to OUT/PATH (a binary's
-// own output mount, laid out as it is exported). go skips the link of a binary in KEEP whose build ID
-// says it was linked from the same inputs, so an edit relinks only the
-// binaries it reaches. go writes over a binary in place, so one that a
-// killed step left half-written could carry the right build ID: a binary
-// is kept only as gobuild recorded it after a go build that succeeded.
+// own output mount, laid out as it is exported). go skips the link of a
+// binary in KEEP whose build ID says it was linked from the same inputs,
+// so an edit relinks only the binaries it reaches. go writes over a binary
+// in place, so one that a killed step left half-written could carry the
+// right build ID: a binary is kept only as gobuild recorded it after a go
+// build that succeeded.
 func gobuild(keep, out string, names, goArgs []string) error {
 	var kept map[string]keptFile
 	if dt, err := os.ReadFile(filepath.Join(keep, keptRecord)); err == nil {
