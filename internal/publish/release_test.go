@@ -422,8 +422,8 @@ func TestRelease(t *testing.T) {
 		t.Fatal("release:verify passed a release whose amd64 agent is another commit's build")
 	}
 	agent, controller := vo.Images[0], vo.Images[1]
-	if strings.Join(agent.Compared, ",") != releasePlatforms || agent.Identical || !controller.Identical {
-		t.Errorf("release:verify compared %v; agent identical %v, controller identical %v", agent.Compared, agent.Identical, controller.Identical)
+	if strings.Join(agent.Compared, ",") != releasePlatforms || agent.Identical || !controller.Identical || controller.Rebuilt != controller.Digest {
+		t.Errorf("release:verify compared %v; agent identical %v, controller identical %v, its index rebuilt as %s of %s", agent.Compared, agent.Identical, controller.Identical, controller.Rebuilt, controller.Digest)
 	}
 	if len(agent.Problems) == 0 || !strings.Contains(strings.Join(agent.Problems, "\n"), "no signature") {
 		t.Errorf("the tampered index's signatures: %v", agent.Problems)
