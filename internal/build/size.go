@@ -60,7 +60,7 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 			if err != nil {
 				return nil, err
 			}
-			e, err := verify.Breakdown(b.Name, golang.PlatformDir(target), stripped, symbols)
+			e, err := verify.Breakdown(b.Name, pd, stripped, symbols)
 			if err != nil {
 				return nil, err
 			}
