@@ -28,7 +28,7 @@ func (s *Session) useKeptStepTool(ctx context.Context, cache string) error {
 	}
 	dir := filepath.Join(cache, "kilnstep", key)
 	if !keptStepTool(dir) {
-		log.G(ctx).Warnf("first run: building kilnstep, kiln's step tool, for %s (once per kiln version; about 10 s)", config.FormatPlatform(s.Plan.BuildPlatform))
+		log.G(ctx).Warnf("first run: building kilnstep, kiln's step tool, for %s (once per kiln version; 10-20 s)", config.FormatPlatform(s.Plan.BuildPlatform))
 		if err := s.buildStepTool(ctx, dir); err != nil {
 			return err
 		}
