@@ -164,6 +164,9 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 			if exe, _ := m.exe(pid); filepath.Base(exe) != filepath.Base(m.Binary()) {
 				log.G(ctx).Warnf("the managed buildkitd (pid %d) runs %s, which another kiln built; this kiln's is %s: run `go run mage.go buildkit:stop`, and the next build starts this one", pid, filepath.Base(exe), filepath.Base(m.Binary()))
 			}
+			if name, changed := m.configChanged(); changed {
+				log.G(ctx).Warnf("the managed buildkitd (pid %d) started with other settings than %s holds, and buildkitd reads them only at start: run `go run mage.go buildkit:stop`, and the next build starts it with these", pid, name)
+			}
 		}
 		return c, nil
 	}
@@ -419,6 +422,15 @@ func (m *Managed) start(ctx context.Context) error {
 		return err
 	}
 	defer logf.Close()
+	// What the daemon started with, so that a later build can tell the
+	// user it runs settings the file no longer holds.
+	sum, err := FileSHA256(config)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(m.configRecord(), []byte(sum+"\n"), 0o600); err != nil {
+		return err
+	}
 	args := []string{
 		"--root", m.stateDir(),
 		"--addr", m.Address(),
@@ -437,6 +449,27 @@ func (m *Managed) start(ctx context.Context) error {
 		return err
 	}
 	return cmd.Process.Release()
+}
+
+// configRecord holds the sha256 of the configuration the daemon started with.
+func (m *Managed) configRecord() string { return filepath.Join(m.Dir, "buildkitd.toml.sha256") }
+
+// configChanged reports whether the configuration kiln would start the
+// daemon with differs from the one the running daemon started with, and
+// names it. A daemon an older kiln started has no record: nothing to say.
+func (m *Managed) configChanged() (string, bool) {
+	started, err := os.ReadFile(m.configRecord())
+	if err != nil {
+		return "", false
+	}
+	name, content := m.Config, defaultConfig
+	if name == "" {
+		name = "kiln's default buildkitd.toml"
+	} else if content, err = os.ReadFile(name); err != nil {
+		return "", false
+	}
+	sum := sha256.Sum256(content)
+	return name, hex.EncodeToString(sum[:]) != strings.TrimSpace(string(started))
 }
 
 // secretEnv are variables a long-lived daemon must not inherit from the

@@ -1,12 +1,17 @@
 package buildkit_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/containerd/log"
+	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -28,6 +33,15 @@ func TestManagedDaemonStartsOnce(t *testing.T) {
 	}
 	defer os.RemoveAll(dir)
 	m.Dir = dir
+	// A copy of the configuration, edited below while the daemon runs.
+	config, err := os.ReadFile(m.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Config = filepath.Join(dir, "edited-buildkitd.toml")
+	if err := os.WriteFile(m.Config, config, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	defer m.Stop(ctx)
 	// Whatever command starts the daemon, it does not inherit its secrets.
@@ -54,7 +68,7 @@ func TestManagedDaemonStartsOnce(t *testing.T) {
 			testdaemon.Unavailable(t, "cannot start buildkitd: %v", err)
 		}
 	}
-	log, err := os.ReadFile(m.LogFile())
+	daemonLog, err := os.ReadFile(m.LogFile())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,8 +81,35 @@ func TestManagedDaemonStartsOnce(t *testing.T) {
 		t.Errorf("the daemon's environment (%v) holds the signing password, or was not read", err)
 	}
 	// Each start appends to the log; two starts would leave two lines.
-	if n := strings.Count(string(log), "running server on"); n != 1 {
-		t.Errorf("daemon started %d times, want once:\n%s", n, log)
+	if n := strings.Count(string(daemonLog), "running server on"); n != 1 {
+		t.Errorf("daemon started %d times, want once:\n%s", n, daemonLog)
+	}
+
+	// buildkitd reads its configuration only at start: a build that finds
+	// the file changed under a running daemon says so, and only then.
+	warnings := func() string {
+		var buf bytes.Buffer
+		logger := logrus.New()
+		logger.SetOutput(&buf)
+		c, err := m.Ensure(log.WithLogger(ctx, logrus.NewEntry(logger)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		return buf.String()
+	}
+	if got := warnings(); got != "" {
+		t.Errorf("the unchanged configuration warned: %s", got)
+	}
+	edited := strings.Replace(string(config), `platformsCacheMaxAge = "24h"`, `platformsCacheMaxAge = "1h"`, 1)
+	if edited == string(config) {
+		t.Fatal(`no platformsCacheMaxAge = "24h" in ` + m.Config + " to edit")
+	}
+	if err := os.WriteFile(m.Config, []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := warnings(); !strings.Contains(got, m.Config) || !strings.Contains(got, "buildkit:stop") || !strings.Contains(got, fmt.Sprintf("pid %d", pid)) {
+		t.Errorf("an edited configuration gave %q, want a warning naming %s, the pid and buildkit:stop", got, m.Config)
 	}
 	stopped, err := m.Stop(ctx)
 	if err != nil || !stopped {
