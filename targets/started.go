@@ -1,7 +1,9 @@
 package targets
 
 import (
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -10,8 +12,10 @@ func init() { restoreMageEnv() }
 // restoreMageEnv undoes what the zero-install entry point (mage.go) set for
 // mage alone, before any go command or the no-op check reads the
 // environment: it removes the marker file whose presence says that mage is
-// still compiling the targets, and puts back the user's GOFLAGS, which it
-// gave mage with -find added (see mage.go), set or unset as they were.
+// still compiling the targets, puts back the user's GOFLAGS, which it gave
+// mage with -find added (see mage.go), set or unset as they were, and
+// records that this binary is the one built from the inputs mage.go
+// fingerprinted, so that its next run can start it without mage.
 func restoreMageEnv() {
 	if marker := os.Getenv("KILN_MAGE_STARTED"); marker != "" {
 		os.Remove(marker)
@@ -25,4 +29,48 @@ func restoreMageEnv() {
 		}
 		os.Unsetenv("KILN_MAGE_GOFLAGS")
 	}
+	stamp, fingerprint := os.Getenv("KILN_MAGE_STAMP"), os.Getenv("KILN_MAGE_FINGERPRINT")
+	os.Unsetenv("KILN_MAGE_STAMP")
+	os.Unsetenv("KILN_MAGE_FINGERPRINT")
+	if stamp != "" && fingerprint != "" {
+		recordTargets(stamp, fingerprint)
+	}
+}
+
+// targetsStamp is the record mage.go reads (its type of the same name).
+type targetsStamp struct {
+	Fingerprint string
+	Exe         string
+	Size        int64
+	ModTime     int64
+}
+
+// recordTargets writes the stamp mage.go asked for, whole or not at all: it
+// only saves time, so a failure is silent.
+func recordTargets(stamp, fingerprint string) {
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	cache, err := filepath.EvalSymlinks(filepath.Dir(stamp))
+	if err != nil || filepath.Dir(exe) != cache {
+		return
+	}
+	info, err := os.Stat(exe)
+	if err != nil {
+		return
+	}
+	data, err := json.Marshal(targetsStamp{Fingerprint: fingerprint, Exe: exe, Size: info.Size(), ModTime: info.ModTime().UnixNano()})
+	if err != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(stamp), filepath.Base(stamp)+".*")
+	if err != nil {
+		return
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil || tmp.Close() != nil {
+		return
+	}
+	os.Rename(tmp.Name(), stamp)
 }
