@@ -34,9 +34,9 @@ const startedEnv = "KILN_MAGE_STARTED"
 
 // goflagsEnv carries the user's GOFLAGS past mage: mage lists each
 // //mage:import package twice with go list, which loads BuildKit's and
-// containerd's whole import graph every time (0.1 s a call, most of a
-// no-op's time), so mage runs with -find added, which names a package and
-// its files, all mage reads (0.03 s). go applies a GOFLAGS flag only to
+// containerd's whole import graph every time (0.1 s a call), so mage runs
+// with -find added, which names a package and its files, all mage reads
+// (0.03 s). go applies a GOFLAGS flag only to
 // the commands that know it, so no go build sees it; the targets put the
 // user's GOFLAGS back as they start. "unset" or "=" and the value.
 const goflagsEnv = "KILN_MAGE_GOFLAGS"
@@ -50,20 +50,25 @@ const (
 )
 
 func main() {
-	// Mage's own check of the targets is a go list and a go build over
-	// BuildKit's and containerd's graph: over a second on every run, most
-	// of a no-op. When nothing the targets are built from changed since
-	// they last started, their binary runs straight away, as mage would
-	// run it; anything else (a mage flag, a changed file, go version or
-	// environment) goes through mage.
-	stamp, fingerprint := stampPath(), inputsFingerprint()
-	if len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") && stamp != "" && fingerprint != "" {
-		if exe, ok := upToDate(stamp, fingerprint); ok {
+	// Mage checks its binary with a go build, which hashes BuildKit's and
+	// containerd's graph to find it current: over a second, most of a
+	// typed no-op. The fingerprint below makes that check unnecessary
+	// while nothing changed.
+	stamp := stampPath()
+	fingerprint, why := inputsFingerprint()
+	switch {
+	case len(os.Args) < 2 || strings.HasPrefix(os.Args[1], "-"):
+		why = "a mage flag or no target"
+	case stamp == "":
+		why = "no cache folder for the record"
+	case fingerprint != "":
+		var exe string
+		if exe, why = upToDate(stamp, fingerprint); why == "" {
 			debugf("nothing the targets are built from changed: running %s without mage", exe)
-			runTargets(exe)
+			why = runTargets(exe)
 		}
 	}
-	debugf("running mage (stamp %q, fingerprint %q)", stamp, fingerprint)
+	debugf("running mage: %s", why)
 	args := append([]string{"tool", "-C", "magefiles", "mage", "-d", ".", "-w", ".."}, os.Args[1:]...)
 	cmd := exec.Command("go", args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -85,9 +90,7 @@ func main() {
 		saved = "=" + goflags
 	}
 	cmd.Env = append(cmd.Env, goflagsEnv+"="+saved, "GOFLAGS="+strings.TrimSpace(goflags+" -find"))
-	// Ctrl-C reaches mage through the terminal's process group; mage
-	// decides the exit code, this process only waits for it.
-	signal.Ignore(os.Interrupt, syscall.SIGTERM)
+	waitOnly()
 	err := cmd.Run()
 	close(done)
 	if marker != "" {
@@ -145,9 +148,17 @@ func debugf(format string, args ...any) {
 	}
 }
 
+// waitOnly leaves Ctrl-C to the child, which gets it through the terminal's
+// process group and decides the exit code. Caught, not ignored: an ignored
+// signal would stay ignored in the child and in what it starts.
+func waitOnly() {
+	signal.Notify(make(chan os.Signal, 1), os.Interrupt, syscall.SIGTERM)
+}
+
 // runTargets runs the targets binary mage built last, as mage runs it: in
 // the repository root, with the arguments and environment mage would give.
-func runTargets(exe string) {
+// It returns only when the binary could not start, saying why.
+func runTargets(exe string) string {
 	cmd := exec.Command(exe, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	gocmd := os.Getenv("MAGEFILE_GOCMD")
@@ -155,16 +166,22 @@ func runTargets(exe string) {
 		gocmd = "go"
 	}
 	cmd.Env = append(os.Environ(), "MAGEFILE_GOCMD="+gocmd)
-	signal.Ignore(os.Interrupt, syscall.SIGTERM)
-	exit(cmd.Run())
+	waitOnly()
+	if err := cmd.Start(); err != nil {
+		return "the recorded targets did not start: " + err.Error()
+	}
+	exit(cmd.Wait())
+	return ""
 }
 
-// targetsStamp is what the targets record when they start.
+// targetsStamp is what the targets record when they start
+// (targets/started.go has the same type).
 type targetsStamp struct {
 	Fingerprint string
 	Exe         string
 	Size        int64
 	ModTime     int64
+	File        string // device and inode
 }
 
 // stampPath is this checkout's record in mage's cache folder, "" when there
@@ -187,51 +204,114 @@ func stampPath() string {
 }
 
 // upToDate returns the targets binary the stamp names when the stamp was
-// written for fingerprint and the binary is still the one mage built then.
-func upToDate(stamp, fingerprint string) (string, bool) {
+// written for fingerprint and the binary is still the one mage built then;
+// otherwise why not.
+func upToDate(stamp, fingerprint string) (string, string) {
+	// The record names a binary to run: only one in mage's own cache folder,
+	// and only when no other user could have written the record, the
+	// binary or the folder.
+	cache, err := filepath.EvalSymlinks(filepath.Dir(stamp))
+	if err != nil {
+		return "", "no cache folder: " + err.Error()
+	}
+	if _, err := os.Lstat(stamp); errors.Is(err, fs.ErrNotExist) {
+		return "", "no record of the targets' last start yet"
+	}
+	for _, path := range []string{cache, stamp} {
+		if why := notOurs(path); why != "" {
+			return "", why
+		}
+	}
 	data, err := os.ReadFile(stamp)
 	if err != nil {
-		return "", false
+		return "", err.Error()
 	}
 	var st targetsStamp
-	// Only a binary of mage's own cache folder, where the record lies.
-	cache, err := filepath.EvalSymlinks(filepath.Dir(stamp))
-	if err != nil || json.Unmarshal(data, &st) != nil || st.Fingerprint != fingerprint || filepath.Dir(st.Exe) != cache {
-		return "", false
+	if json.Unmarshal(data, &st) != nil || filepath.Dir(st.Exe) != cache {
+		return "", stamp + " is not a record of mage.go's"
+	}
+	if st.Fingerprint != fingerprint {
+		return "", "what the targets are built from changed since they last started"
+	}
+	if why := notOurs(st.Exe); why != "" {
+		return "", why
 	}
 	info, err := os.Stat(st.Exe)
-	if err != nil || !info.Mode().IsRegular() || info.Size() != st.Size || info.ModTime().UnixNano() != st.ModTime {
-		return "", false
+	if err != nil || info.Size() != st.Size || info.ModTime().UnixNano() != st.ModTime || fileID(info) != st.File {
+		return "", "the targets binary changed since it last started"
 	}
-	return st.Exe, true
+	return st.Exe, ""
+}
+
+// notOurs says why path is not to be trusted: not a regular file or
+// folder of the current user's, or writable by others.
+func notOurs(path string) string {
+	info, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return err.Error()
+	case !info.Mode().IsRegular() && !info.IsDir():
+		return path + " is not a regular file"
+	case info.Mode().Perm()&0o022 != 0:
+		return path + " is writable by others"
+	}
+	if uid, ok := statField(info, "Uid"); ok && uid != int64(os.Getuid()) {
+		return path + " belongs to another user"
+	}
+	return ""
 }
 
 // inputsFingerprint digests what mage's build of the targets reads: the
 // go version, the environment that steers go, and the name, size, times
 // and mode of every file in magefiles/ and in the folders its go.mod replaces
 // modules with (here, kiln itself). Modules from the module cache are
-// named by go.mod and go.sum, which are among those files. "" when it
-// cannot tell, or when a go.work could change the build.
-func inputsFingerprint() string {
+// named by go.mod and go.sum, which are among those files. "" and why when
+// it cannot tell: a go.work, or a file GOFLAGS names, could change the
+// build unseen.
+func inputsFingerprint() (string, string) {
 	h := sha256.New()
-	fmt.Fprintf(h, "kiln mage.go 1\ngo %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(h, "kiln mage.go 2\ngo %s %s/%s\n", runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if work := os.Getenv("GOWORK"); work != "" && work != "off" {
+		return "", "GOWORK is set"
+	}
+	for _, flag := range strings.Fields(os.Getenv("GOFLAGS")) {
+		for _, names := range []string{"-modfile", "--modfile", "-overlay", "--overlay", "-pgo", "--pgo"} {
+			if strings.HasPrefix(flag, names+"=") {
+				return "", "GOFLAGS names a file (" + flag + ")"
+			}
+		}
+	}
+	// Settings of go env -w steer the build as the variables do.
+	goenv := os.Getenv("GOENV")
+	if config, err := os.UserConfigDir(); goenv == "" && err == nil {
+		goenv = filepath.Join(config, "go", "env")
+	}
+	if goenv != "" && goenv != "off" {
+		data, _ := os.ReadFile(goenv)
+		fmt.Fprintf(h, "goenv %q %x\n", goenv, sha256.Sum256(data))
+	}
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
 		name, _, _ := strings.Cut(kv, "=")
 		steers := strings.HasPrefix(name, "GO") || strings.HasPrefix(name, "CGO_") || strings.HasPrefix(name, "MAGEFILE_") ||
-			name == "PATH" || name == "HOME" || name == "CC" || name == "CXX" || name == "PKG_CONFIG"
+			name == "PATH" || name == "HOME" || name == "XDG_CONFIG_HOME" || name == "CC" || name == "CXX" || name == "PKG_CONFIG"
 		return !steers
 	})
 	slices.Sort(env)
 	for _, kv := range env {
 		fmt.Fprintf(h, "env %s\n", kv)
 	}
-	magefiles, err := filepath.Abs("magefiles")
+	// The folders themselves, not symbolic links to them: a walk does not
+	// follow a link it starts from.
+	magefiles, err := filepath.EvalSymlinks("magefiles")
+	if err == nil {
+		magefiles, err = filepath.Abs(magefiles)
+	}
 	if err != nil {
-		return ""
+		return "", err.Error()
 	}
 	for dir := magefiles; ; dir = filepath.Dir(dir) {
 		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return ""
+			return "", "a go.work could change the build"
 		}
 		if filepath.Dir(dir) == dir {
 			break
@@ -239,12 +319,15 @@ func inputsFingerprint() string {
 	}
 	dirs, err := replacedDirs(magefiles)
 	if err != nil {
-		return ""
+		return "", "magefiles/go.mod: " + err.Error()
 	}
 	// A file changed within the clock tick of this walk could change again
 	// unseen: nothing is vouched for until its times are 2 s old.
 	start, latest := time.Now(), int64(0)
 	for _, dir := range append([]string{magefiles}, dirs...) {
+		if dir, err = filepath.EvalSymlinks(dir); err != nil {
+			return "", "magefiles/go.mod: " + err.Error()
+		}
 		fmt.Fprintf(h, "dir %s\n", dir)
 		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -271,36 +354,60 @@ func inputsFingerprint() string {
 			return nil
 		})
 		if err != nil {
-			return ""
+			return "", err.Error()
 		}
 	}
 	if start.Sub(time.Unix(0, latest)) < 2*time.Second {
-		return ""
+		return "", "a file changed less than 2 s ago (or has a time ahead of the clock)"
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return hex.EncodeToString(h.Sum(nil)), ""
 }
 
 // changeTime is the file's status change time, 0 where the system gives
 // none. Unlike its modification time, no program can set it back, so a
-// rewrite that keeps size and time still shows. (Read by field name: the
-// stat structure differs between systems.)
+// rewrite that keeps size and time still shows.
 func changeTime(info fs.FileInfo) int64 {
-	v := reflect.ValueOf(info.Sys())
-	if v.Kind() == reflect.Pointer {
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
-		return 0
-	}
 	for _, name := range []string{"Ctim", "Ctimespec"} {
-		if t := v.FieldByName(name); t.IsValid() && t.Kind() == reflect.Struct {
-			sec, nsec := t.FieldByName("Sec"), t.FieldByName("Nsec")
-			if sec.CanInt() && nsec.CanInt() {
-				return sec.Int()*1e9 + nsec.Int()
-			}
+		if sec, ok := statField(info, name, "Sec"); ok {
+			nsec, _ := statField(info, name, "Nsec")
+			return sec*1e9 + nsec
 		}
 	}
 	return 0
+}
+
+// fileID is the file's device and inode, "" where the system gives none.
+func fileID(info fs.FileInfo) string {
+	dev, ok1 := statField(info, "Dev")
+	ino, ok2 := statField(info, "Ino")
+	if !ok1 || !ok2 {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", dev, ino)
+}
+
+// statField reads an integer of the system's stat structure by field
+// name (its types differ between systems), false where there is none.
+func statField(info fs.FileInfo, names ...string) (int64, bool) {
+	v := reflect.ValueOf(info.Sys())
+	for _, name := range names {
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		if v.Kind() != reflect.Struct {
+			return 0, false
+		}
+		if v = v.FieldByName(name); !v.IsValid() {
+			return 0, false
+		}
+	}
+	switch {
+	case v.CanInt():
+		return v.Int(), true
+	case v.CanUint():
+		return int64(v.Uint()), true
+	}
+	return 0, false
 }
 
 // replacedDirs are the local folders that magefiles/go.mod replaces
@@ -333,7 +440,10 @@ func replacedDirs(magefiles string) ([]string, error) {
 		if !ok {
 			continue
 		}
-		path := strings.Trim(strings.Fields(target + " x")[0], `"`)
+		path := strings.Fields(target + " x")[0]
+		if strings.ContainsAny(path, "\"`") {
+			return nil, fmt.Errorf("a quoted replacement path (%s): not read here", path)
+		}
 		if strings.HasPrefix(path, "./") || strings.HasPrefix(path, "../") || filepath.IsAbs(path) || path == "." || path == ".." {
 			if !filepath.IsAbs(path) {
 				path = filepath.Join(magefiles, path)

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strconv"
 	"strings"
 )
 
@@ -43,6 +45,7 @@ type targetsStamp struct {
 	Exe         string
 	Size        int64
 	ModTime     int64
+	File        string // device and inode
 }
 
 // recordTargets writes the stamp mage.go asked for, whole or not at all: it
@@ -60,7 +63,12 @@ func recordTargets(stamp, fingerprint string) {
 	if err != nil {
 		return
 	}
-	data, err := json.Marshal(targetsStamp{Fingerprint: fingerprint, Exe: exe, Size: info.Size(), ModTime: info.ModTime().UnixNano()})
+	// Another checkout with the same magefiles builds to the same path: only
+	// the binary that is running now is vouched for.
+	if self, err := os.Stat("/proc/self/exe"); err == nil && !os.SameFile(self, info) {
+		return
+	}
+	data, err := json.Marshal(targetsStamp{Fingerprint: fingerprint, Exe: exe, Size: info.Size(), ModTime: info.ModTime().UnixNano(), File: fileID(info)})
 	if err != nil {
 		return
 	}
@@ -73,4 +81,25 @@ func recordTargets(stamp, fingerprint string) {
 		return
 	}
 	os.Rename(tmp.Name(), stamp)
+}
+
+// fileID is the file's device and inode as mage.go writes them, "" where
+// the system gives none.
+func fileID(info os.FileInfo) string {
+	v := reflect.Indirect(reflect.ValueOf(info.Sys()))
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	var id []string
+	for _, f := range []reflect.Value{v.FieldByName("Dev"), v.FieldByName("Ino")} {
+		switch {
+		case f.CanInt():
+			id = append(id, strconv.FormatInt(f.Int(), 10))
+		case f.CanUint():
+			id = append(id, strconv.FormatInt(int64(f.Uint()), 10))
+		default:
+			return ""
+		}
+	}
+	return strings.Join(id, ":")
 }

@@ -251,16 +251,19 @@ source: https://example.com/antrea
 	// mage.go starts the targets without mage while nothing they are
 	// built from changed; a rewrite of a magefile that keeps its size and
 	// time goes through mage, and what runs is the rewritten target.
-	hello := func(want string, skipsMage bool) {
+	mageCache := t.TempDir()
+	hello := func(want string, skipsMage bool) string {
 		t.Helper()
 		cmd := exec.Command("go", "run", "mage.go", "hello")
 		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "KILN_MAGE_DEBUG=1")
+		cmd.Env = append(os.Environ(), "KILN_MAGE_DEBUG=1", "MAGEFILE_CACHE="+mageCache)
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "without mage") != skipsMage {
 			t.Errorf("mage hello: %v; want %q, mage skipped: %v\n%s", err, want, skipsMage, out)
 		}
+		return string(out)
 	}
+	hello("adopter hello 1", false) // compiles the targets, which record their start
 	hello("adopter hello 1", true)
 	helloFile := filepath.Join(repo, "magefiles", "hello.go")
 	fi, err := os.Stat(helloFile)
@@ -279,6 +282,17 @@ source: https://example.com/antrea
 	time.Sleep(2 * time.Second)
 	hello("adopter hello 2", false)
 	hello("adopter hello 2", true)
+	// A record another user could have written names no binary to run.
+	stamps, _ := filepath.Glob(filepath.Join(mageCache, "kiln-targets-*.json"))
+	if len(stamps) != 1 {
+		t.Fatalf("records of the targets' start in %s: %v", mageCache, stamps)
+	}
+	if err := os.Chmod(stamps[0], 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if out := hello("adopter hello 2", false); !strings.Contains(out, "writable by others") {
+		t.Errorf("mage hello with a record writable by others:\n%s", out)
+	}
 	// Back to the committed text: the stamp below wants a clean tree.
 	git("checkout", "--", "magefiles/hello.go")
 
