@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
@@ -27,6 +28,7 @@ import (
 	"github.com/moby/patternmatcher/ignorefile"
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -711,12 +713,12 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
-			// Straight from the go build's output of this binary, which
-			// holds it where it goes (Whole): a step per binary that
-			// copies it out first would only add a round trip per file.
+			// Straight from the go build's output of this binary: a step
+			// per binary that copies it out first would only add a round
+			// trip per file.
 			step, path := s.Linked(b.Name, target)
 			to := golang.BinaryPath(b, target)
-			files = append(files, FileCopy{From: step, Src: path, Dest: to, Whole: path == to})
+			files = append(files, FileCopy{From: step, Src: path, Dest: to})
 			links = append(links, golang.LinkStepName(b.Name, target))
 			written = append(written, filepath.Join(dest, to))
 		}
@@ -754,60 +756,59 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	return out, nil
 }
 
-// FileCopy is one file of a directory export.
+// FileCopy is one file of a directory export. When From is one output of
+// a go build step (Graph.Linked), the export must list every binary of
+// that step, as Binaries does: BuildKit keeps no result of the outputs a
+// solve did not ask for, and a later solve would run the step again.
 type FileCopy struct {
 	From      llb.State
 	Src, Dest string
-	// Whole says From holds this file alone, at Src, which is Dest: the
-	// export merges From with the other files rather than copying it. A
-	// merge copies no data; the copy of a 57 MB binary took 0.18-0.36 s
-	// in the bench's edits. A Whole From is one output of a go build step
-	// (Graph.Linked): an export must then list every binary of that step,
-	// as Binaries does, or BuildKit keeps no result of the outputs it did
-	// not ask for and a later solve runs the step again.
-	Whole bool
 }
 
-// ExportFiles solves the files into one directory and writes it to dest,
-// replacing what was there only when the solve succeeded. written is how
-// kiln last wrote dest's files (nil for none): a file still as written,
-// whose source in the daemon has the size and modification time it was
-// exported with (the local exporter keeps them; kilnstep gives a binary the
-// nanosecond of the link that made it), is that link's binary, so it is not
-// sent again but linked into the new directory. An edit to one binary then
-// moves one file per platform, not all of them. A time in whole seconds (a
-// layer from a registry cache keeps no more) or a host without change times
-// keeps nothing. sent are the files of dest that were sent.
+// readChunk is the size of one gateway read. The daemon answers up to
+// 16 MiB; four reads in flight of 2 MiB each moved two 8.9 MB binaries in
+// 75-90 ms here, where the local exporter took 110-150 ms.
+const (
+	readChunk     = 2 << 20
+	readsInFlight = 4
+)
+
+// ExportFiles solves the files and writes them into one directory at dest,
+// replacing what was there only when the solve succeeded. The files are
+// read through the gateway straight from the steps that made them: no
+// step collects them and no exporter runs. written is how kiln last wrote
+// dest's files (nil for none): a file still as written, whose source in
+// the daemon has the size and modification time it was written with
+// (kilnstep gives a binary the nanosecond of the link that made it), is
+// that link's binary, so it is not sent again but linked into the new
+// directory. An edit to one binary then moves one file per platform, not
+// all of them. A time in whole seconds (a layer from a registry cache
+// keeps no more) or a host without change times keeps nothing. sent are
+// the files of dest that were sent.
 func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written map[string]fileStat) (steps buildkit.Steps, sent []string, err error) {
 	held := map[int]bool{} // files dest holds already
 	job := buildkit.Job{
 		Name: name,
-		Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+		Dest: dest,
+		Fetch: func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) error {
 			imports := buildkit.CacheImports(c)
-			// The files that may still be as written, by the step that
-			// makes them: binaries of one go build need one solve.
+			// Files of one step (binaries of one go build) need one solve.
 			var order []digest.Digest
-			candidates := map[digest.Digest][]int{}
+			byStep := map[digest.Digest][]int{}
 			defs := map[digest.Digest]*llb.Definition{}
 			var waitFor []llb.State
 			for i, f := range files {
 				def, err := f.From.Marshal(ctx)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				key := digest.FromBytes(def.Def[len(def.Def)-1])
 				if _, seen := defs[key]; !seen {
 					waitFor = append(waitFor, f.From)
-				}
-				defs[key] = def
-				was, ok := written[filepath.Join(dest, f.Dest)]
-				if now, exists := statFile(filepath.Join(dest, f.Dest)); !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
-					continue
-				}
-				if len(candidates[key]) == 0 {
 					order = append(order, key)
 				}
-				candidates[key] = append(candidates[key], i)
+				defs[key] = def
+				byStep[key] = append(byStep[key], i)
 			}
 			// One solve runs every step the files come from side by side,
 			// asking for every output (BuildKit keeps the result of only
@@ -815,64 +816,50 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 			// one at a time. BuildKit was seen to release a step's result
 			// twice when solves sharing steps ran at once in one job, and
 			// a later step then found that mount empty.
-			if len(order) > 0 && len(waitFor) > 1 {
+			if len(waitFor) > 1 {
 				def, err := image.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
 				if err != nil {
-					return nil, err
+					return err
 				}
 				if _, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true}); err != nil {
-					return nil, err
+					return err
 				}
 			}
+			var reads []reading
+			var total int64
 			for _, key := range order {
 				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[key].ToPB(), CacheImports: imports})
 				if err != nil {
-					return nil, err
+					return err
 				}
 				ref, err := r.SingleRef()
 				if err != nil {
-					return nil, err
+					return err
 				}
-				for _, i := range candidates[key] {
-					was := written[filepath.Join(dest, files[i].Dest)]
+				for _, i := range byStep[key] {
 					st, err := ref.StatFile(ctx, gateway.StatRequest{Path: files[i].Src})
 					if err != nil {
-						return nil, err
+						return err
 					}
-					if st.Size == was.Size && st.ModTime == was.ModTime {
+					if st.IsDir() {
+						return fmt.Errorf("%s: %s is a directory, not a file", name, files[i].Src)
+					}
+					if was, ok := asWritten(filepath.Join(dest, files[i].Dest), written); ok && st.Size == was.Size && st.ModTime == was.ModTime {
 						held[i] = true
+						continue
 					}
+					reads = append(reads, reading{ref: ref, src: files[i].Src, dest: files[i].Dest, size: st.Size, modTime: st.ModTime})
+					total += st.Size
 				}
 			}
-			var fa *llb.FileAction
-			var parts []llb.State
-			for i, f := range files {
-				if held[i] {
-					continue
-				}
-				if f.Whole {
-					parts = append(parts, f.From)
-					continue
-				}
-				opt := &llb.CopyInfo{CreateDestPath: true, Mode: &llb.ChmodOpt{Mode: 0o755}}
-				if fa == nil {
-					fa = llb.Copy(f.From, f.Src, f.Dest, opt)
-				} else {
-					fa = fa.Copy(f.From, f.Src, f.Dest, opt)
-				}
+			if len(reads) == 0 {
+				return nil
 			}
-			if fa != nil {
-				parts = append(parts, llb.Scratch().File(fa, llb.WithCustomNamef("[%s] collect copies", name)))
-			}
-			st := llb.Merge(parts, llb.WithCustomNamef("[%s] collect", name))
-			def, err := st.Marshal(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports})
+			progress := buildkit.NewSending(send, fmt.Sprintf("sending %d files to %s", len(reads), dest), total)
+			err := readFiles(ctx, dir, reads, progress)
+			progress.Finish(err)
+			return err
 		},
-		Export: client.ExportEntry{Type: client.ExporterLocal},
-		Dest:   dest,
 		Complete: func(dir string) error {
 			for i := range held {
 				from, to := filepath.Join(dest, files[i].Dest), filepath.Join(dir, files[i].Dest)
@@ -903,6 +890,84 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 		}
 	}
 	return out.Steps, sent, nil
+}
+
+// asWritten is how kiln last wrote path, when the file is still so and its
+// times can tell one link's binary from another's.
+func asWritten(path string, written map[string]fileStat) (fileStat, bool) {
+	was, ok := written[path]
+	now, exists := statFile(path)
+	if !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
+		return fileStat{}, false
+	}
+	return was, true
+}
+
+// reading is one file to read from a solved step into an export.
+type reading struct {
+	ref     gateway.Reference
+	src     string
+	dest    string
+	size    int64
+	modTime int64
+}
+
+// readFiles writes each file into dir at its dest, executable, with the
+// modification time it has in BuildKit, reading readsInFlight chunks at
+// once so that the daemon reads the next while this side writes.
+func readFiles(ctx context.Context, dir string, reads []reading, progress *buildkit.Sending) error {
+	out := make([]*os.File, len(reads))
+	defer func() {
+		for _, f := range out {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(readsInFlight)
+	for i, r := range reads {
+		to := filepath.Join(dir, r.dest)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+		if err != nil {
+			return err
+		}
+		out[i] = f
+		for off := int64(0); off < r.size; off += readChunk {
+			eg.Go(func() error {
+				n := min(readChunk, r.size-off)
+				dt, err := r.ref.ReadFile(ctx, gateway.ReadRequest{Filename: r.src, Range: &gateway.FileRange{Offset: int(off), Length: int(n)}})
+				if err != nil {
+					return fmt.Errorf("read %s: %w", r.src, err)
+				}
+				if int64(len(dt)) != n {
+					return fmt.Errorf("read %s: %d bytes at %d, want %d (did the step's output change?)", r.src, len(dt), off, n)
+				}
+				if _, err := f.WriteAt(dt, off); err != nil {
+					return err
+				}
+				progress.Add(n)
+				return nil
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	for i, r := range reads {
+		if err := out[i].Close(); err != nil {
+			return err
+		}
+		out[i] = nil
+		t := time.Unix(0, r.modTime)
+		if err := os.Chtimes(filepath.Join(dir, r.dest), t, t); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // copyFile copies a file with its mode and modification time.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/moby/buildkit/client/llb"
 
 	"github.com/kiln-build/kiln/internal/build"
 	"github.com/kiln-build/kiln/internal/buildkit"
@@ -575,6 +578,66 @@ func TestImagesIntegration(t *testing.T) {
 		cni.Env = []string{"CNI_COMMAND=VERSION"}
 		if out, err := cni.Output(); err != nil || !strings.Contains(string(out), `"supportedVersions"`) {
 			t.Errorf("antrea-cni VERSION: %v %s", err, out)
+		}
+	})
+
+	t.Run("an export reads every byte of every file through the gateway", func(t *testing.T) {
+		s, err := build.Start(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// Sizes around the read chunk, from two steps (so the export waits
+		// for both in one solve first), some into folders of their own.
+		rnd := rand.New(rand.NewPCG(16, 2))
+		sizes := []int{0, 1, build.ReadChunk, build.ReadChunk + 1, 2*build.ReadChunk + 12345}
+		want := map[string][]byte{}
+		var files []build.FileCopy
+		for i, n := range sizes {
+			data := make([]byte, n)
+			for j := range data {
+				data[j] = byte(rnd.Uint32())
+			}
+			name := fmt.Sprintf("f%d", i)
+			from := llb.Scratch().File(llb.Mkfile("/"+name, 0o644, data), llb.WithCustomNamef("[test] file of %d bytes", n))
+			dest := fmt.Sprintf("/d%d/%s", i%2, name)
+			files = append(files, build.FileCopy{From: from, Src: "/" + name, Dest: dest})
+			want[dest] = data
+		}
+		parent := t.TempDir()
+		dest := filepath.Join(parent, "files")
+		_, sent, err := s.ExportFiles(ctx, "test export", files, dest, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(sent) != len(files) {
+			t.Errorf("sent %v, want all %d files", sent, len(files))
+		}
+		for path, data := range want {
+			got, err := os.ReadFile(filepath.Join(dest, path))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data) {
+				t.Errorf("%s: %d bytes differ from the %d the step wrote", path, len(got), len(data))
+			}
+			if fi, err := os.Stat(filepath.Join(dest, path)); err != nil || fi.Mode().Perm() != 0o755 {
+				t.Errorf("%s: mode %v (%v), want 0755", path, fi.Mode(), err)
+			}
+		}
+
+		// A file the step does not have fails the export as a whole: the
+		// old folder stays as it was and no temporary one is left.
+		bad := append(slices.Clone(files), build.FileCopy{From: files[0].From, Src: "/missing", Dest: "/missing"})
+		if _, _, err := s.ExportFiles(ctx, "test export", bad, dest, nil); err == nil || !strings.Contains(err.Error(), "missing") {
+			t.Errorf("exporting a missing file: %v, want an error naming it", err)
+		}
+		entries, _ := os.ReadDir(parent)
+		if len(entries) != 1 || entries[0].Name() != "files" {
+			t.Errorf("after a failed export the parent folder holds %v, want only files", entries)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dest, "/d0/f4")); !bytes.Equal(got, want["/d0/f4"]) {
+			t.Error("a failed export changed the folder it would have replaced")
 		}
 	})
 
