@@ -790,17 +790,17 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 	job := buildkit.Job{
 		Name: name,
 		Dest: dest,
-		Fetch: func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) error {
+		Fetch: func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) (*gateway.Result, error) {
 			imports := buildkit.CacheImports(c)
-			// Files of one step (binaries of one go build) need one solve.
+			// Files of one output (a binary of a go build) need one solve.
 			var order []digest.Digest
-			byStep := map[digest.Digest][]int{}
+			byOutput := map[digest.Digest][]int{}
 			defs := map[digest.Digest]*llb.Definition{}
 			var waitFor []llb.State
 			for i, f := range files {
 				def, err := f.From.Marshal(ctx)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				key := digest.FromBytes(def.Def[len(def.Def)-1])
 				if _, seen := defs[key]; !seen {
@@ -808,41 +808,45 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 					order = append(order, key)
 				}
 				defs[key] = def
-				byStep[key] = append(byStep[key], i)
+				byOutput[key] = append(byOutput[key], i)
 			}
 			// One solve runs every step the files come from side by side,
 			// asking for every output (BuildKit keeps the result of only
 			// those a solve asked for); then each is solved again, done,
 			// one at a time. BuildKit was seen to release a step's result
 			// twice when solves sharing steps ran at once in one job, and
-			// a later step then found that mount empty.
-			if len(waitFor) > 1 {
-				def, err := image.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
-				if err != nil {
-					return err
-				}
-				if _, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true}); err != nil {
-					return err
-				}
+			// a later step then found that mount empty. It is a merge, not
+			// image.Together: a merge is keyed on its inputs' keys, so a
+			// fresh daemon takes their results from a layer cache, where
+			// Together's copies, keyed on content, made it run the go
+			// builds again. It is the job's result too, so a layer cache
+			// export holds every step the files come from.
+			def, err := llb.Merge(waitFor, llb.WithCustomNamef("[%s] wait for every platform", name)).Marshal(ctx)
+			if err != nil {
+				return nil, err
+			}
+			result, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true})
+			if err != nil {
+				return nil, err
 			}
 			var reads []reading
 			var total int64
 			for _, key := range order {
 				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[key].ToPB(), CacheImports: imports})
 				if err != nil {
-					return err
+					return nil, err
 				}
 				ref, err := r.SingleRef()
 				if err != nil {
-					return err
+					return nil, err
 				}
-				for _, i := range byStep[key] {
+				for _, i := range byOutput[key] {
 					st, err := ref.StatFile(ctx, gateway.StatRequest{Path: files[i].Src})
 					if err != nil {
-						return err
+						return nil, err
 					}
-					if st.IsDir() {
-						return fmt.Errorf("%s: %s is a directory, not a file", name, files[i].Src)
+					if !os.FileMode(st.Mode).IsRegular() {
+						return nil, fmt.Errorf("%s: %s is not a regular file (%v)", name, files[i].Src, os.FileMode(st.Mode).Type())
 					}
 					if was, ok := asWritten(filepath.Join(dest, files[i].Dest), written); ok && st.Size == was.Size && st.ModTime == was.ModTime {
 						held[i] = true
@@ -853,12 +857,12 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 				}
 			}
 			if len(reads) == 0 {
-				return nil
+				return result, nil
 			}
 			progress := buildkit.NewSending(send, fmt.Sprintf("sending %d files to %s", len(reads), dest), total)
-			err := readFiles(ctx, dir, reads, progress)
+			err = readFiles(ctx, dir, reads, progress)
 			progress.Finish(err)
-			return err
+			return result, err
 		},
 		Complete: func(dir string) error {
 			for i := range held {
@@ -912,9 +916,11 @@ type reading struct {
 	modTime int64
 }
 
-// readFiles writes each file into dir at its dest, executable, with the
+// readFiles writes each file into dir at its dest, mode 0755, with the
 // modification time it has in BuildKit, reading readsInFlight chunks at
-// once so that the daemon reads the next while this side writes.
+// once so that the daemon reads the next while this side writes. Every
+// file is created before the first read, and every read has ended when it
+// returns.
 func readFiles(ctx context.Context, dir string, reads []reading, progress *buildkit.Sending) error {
 	out := make([]*os.File, len(reads))
 	defer func() {
@@ -924,10 +930,12 @@ func readFiles(ctx context.Context, dir string, reads []reading, progress *build
 			}
 		}
 	}()
-	eg, ctx := errgroup.WithContext(ctx)
-	eg.SetLimit(readsInFlight)
 	for i, r := range reads {
-		to := filepath.Join(dir, r.dest)
+		rel := strings.TrimPrefix(filepath.ToSlash(r.dest), "/")
+		if !filepath.IsLocal(rel) {
+			return fmt.Errorf("export to %s: %s is outside it", dir, r.dest)
+		}
+		to := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
 			return err
 		}
@@ -936,7 +944,14 @@ func readFiles(ctx context.Context, dir string, reads []reading, progress *build
 			return err
 		}
 		out[i] = f
-		for off := int64(0); off < r.size; off += readChunk {
+		if err := f.Chmod(0o755); err != nil { // whatever the umask
+			return err
+		}
+	}
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(readsInFlight)
+	for i, r := range reads {
+		for off := int64(0); off < r.size && ctx.Err() == nil; off += readChunk {
 			eg.Go(func() error {
 				n := min(readChunk, r.size-off)
 				dt, err := r.ref.ReadFile(ctx, gateway.ReadRequest{Filename: r.src, Range: &gateway.FileRange{Offset: int(off), Length: int(n)}})
@@ -946,7 +961,7 @@ func readFiles(ctx context.Context, dir string, reads []reading, progress *build
 				if int64(len(dt)) != n {
 					return fmt.Errorf("read %s: %d bytes at %d, want %d (did the step's output change?)", r.src, len(dt), off, n)
 				}
-				if _, err := f.WriteAt(dt, off); err != nil {
+				if _, err := out[i].WriteAt(dt, off); err != nil {
 					return err
 				}
 				progress.Add(n)
@@ -958,12 +973,13 @@ func readFiles(ctx context.Context, dir string, reads []reading, progress *build
 		return err
 	}
 	for i, r := range reads {
-		if err := out[i].Close(); err != nil {
+		f := out[i]
+		out[i] = nil
+		if err := f.Close(); err != nil {
 			return err
 		}
-		out[i] = nil
 		t := time.Unix(0, r.modTime)
-		if err := os.Chtimes(filepath.Join(dir, r.dest), t, t); err != nil {
+		if err := os.Chtimes(f.Name(), t, t); err != nil {
 			return err
 		}
 	}

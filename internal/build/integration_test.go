@@ -632,9 +632,14 @@ func TestImagesIntegration(t *testing.T) {
 		if _, _, err := s.ExportFiles(ctx, "test export", bad, dest, nil); err == nil || !strings.Contains(err.Error(), "missing") {
 			t.Errorf("exporting a missing file: %v, want an error naming it", err)
 		}
+		// Two files to one place fail the export before a byte is read.
+		twice := append(slices.Clone(files), build.FileCopy{From: files[4].From, Src: files[4].Src, Dest: files[3].Dest})
+		if _, _, err := s.ExportFiles(ctx, "test export", twice, dest, nil); err == nil || !strings.Contains(err.Error(), "exists") {
+			t.Errorf("exporting two files to %s: %v, want an error", files[3].Dest, err)
+		}
 		entries, _ := os.ReadDir(parent)
 		if len(entries) != 1 || entries[0].Name() != "files" {
-			t.Errorf("after a failed export the parent folder holds %v, want only files", entries)
+			t.Errorf("after failed exports the parent folder holds %v, want only files", entries)
 		}
 		if got, _ := os.ReadFile(filepath.Join(dest, "/d0/f4")); !bytes.Equal(got, want["/d0/f4"]) {
 			t.Error("a failed export changed the folder it would have replaced")

@@ -47,22 +47,28 @@ func (s *Sending) Add(n int64) {
 	}
 }
 
-// Finish completes the vertex, with err when the transfer failed.
+// Finish completes the vertex and its count in one update, so that the
+// display prints them together, with err when the transfer failed.
 func (s *Sending) Finish(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := time.Now()
-	s.status(now)
 	vx := s.vx
 	vx.Completed = &now
 	if err != nil {
 		vx.Error = err.Error()
 	}
-	s.send(&client.SolveStatus{Vertexes: []*client.Vertex{&vx}})
+	st := s.count(now)
+	st.Completed = &now
+	s.send(&client.SolveStatus{Vertexes: []*client.Vertex{&vx}, Statuses: []*client.VertexStatus{st}})
 }
 
 func (s *Sending) status(now time.Time) {
-	s.send(&client.SolveStatus{Statuses: []*client.VertexStatus{{
+	s.send(&client.SolveStatus{Statuses: []*client.VertexStatus{s.count(now)}})
+}
+
+func (s *Sending) count(now time.Time) *client.VertexStatus {
+	return &client.VertexStatus{
 		ID:        "sending",
 		Vertex:    s.vx.Digest,
 		Name:      "receiving",
@@ -70,5 +76,5 @@ func (s *Sending) status(now time.Time) {
 		Total:     s.total,
 		Timestamp: now,
 		Started:   s.vx.Started,
-	}}})
+	}
 }

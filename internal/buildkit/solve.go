@@ -39,7 +39,7 @@ type Job struct {
 	// empty Type exports nothing (a job solved for its layer cache only).
 	Export client.ExportEntry
 	// Dest is the final path of the output (a file for tar exporters, a
-	// directory for the local exporter). It appears only when the solve
+	// directory for the local exporter and Fetch). It appears only when the solve
 	// succeeded; until then the output has a temporary name. Empty for
 	// exporters that write nowhere on this machine (a registry push).
 	Dest string
@@ -48,12 +48,12 @@ type Job struct {
 	Complete func(dir string) error
 	// Fetch, when set, is the job's build and its exporter: it solves
 	// through c and writes the output into dir, a new directory that
-	// replaces Dest (after Complete) when every job succeeded. Build and
-	// Export are then unused. Files read through the gateway reach this
-	// machine at about twice the rate of the local exporter's file sync,
-	// which tunnels gRPC inside gRPC (TestGatewayReadsMatchTheLocalExporter
-	// checks the bytes). send adds to the progress display.
-	Fetch func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) error
+	// replaces Dest (after Complete) when every job succeeded; Build and
+	// Export are then unused. The result it returns (nil for none) is what
+	// a layer cache export holds. Files read through the gateway reach this
+	// machine faster than through the local exporter, whose file sync runs
+	// gRPC inside gRPC. send adds to the progress display.
+	Fetch func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) (*gateway.Result, error)
 }
 
 // Result is what one job produced.
@@ -228,10 +228,14 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				dir := tmp
 				build = func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
 					// ch is closed only after this returns.
-					if err := job.Fetch(ctx, c, dir, func(s *client.SolveStatus) { ch <- s }); err != nil {
+					res, err := job.Fetch(ctx, c, dir, func(s *client.SolveStatus) { ch <- s })
+					if err != nil {
 						return nil, err
 					}
-					return gateway.NewResult(), nil
+					if res == nil {
+						res = gateway.NewResult()
+					}
+					return res, nil
 				}
 			}
 			resp, err := d.Build(ctx, client.SolveOpt{

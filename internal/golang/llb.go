@@ -368,8 +368,7 @@ func PlatformDir(p ocispec.Platform) string {
 }
 
 // BinaryPath is where a binary lies in its go build output (Built.Outputs):
-// where the binaries target writes it under its folder, so that the outputs
-// of several binaries merge into what it writes, with no copy.
+// where the binaries target writes it under its folder.
 func BinaryPath(b plan.Binary, target ocispec.Platform) string {
 	return "/" + PlatformDir(target) + "/" + b.Name
 }
