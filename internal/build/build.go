@@ -419,7 +419,18 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 		}
 		maps.Copy(locals, fetch.Locals())
 	}
-	return &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, attach: attach}, nil
+	g := image.NewGraph(p, excludes, fetch)
+	if p.ModMode == plan.ModVendor {
+		files, err := vendorFiles(p, excludes)
+		if err != nil {
+			return nil, err
+		}
+		if locals[golang.LocalVendor], err = vendorArchive(ctx, p.Root, files, cache); err != nil {
+			return nil, err
+		}
+		g.Golang.UseVendorArchive()
+	}
+	return &Session{Graph: g, daemon: d, locals: locals, attach: attach}, nil
 }
 
 // hostPlatform is the platform of a linux worker on this machine.

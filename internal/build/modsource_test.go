@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/moby/buildkit/solver/pb"
 	"github.com/opencontainers/go-digest"
@@ -241,6 +242,33 @@ func TestModuleSources(t *testing.T) {
 		if sent := again.sent(); !slices.Equal(sent, []string{"linux_amd64/hello"}) {
 			t.Errorf("after a vendored edit these binaries were sent again: %v; want hello alone", sent)
 		}
+
+		// vendor/ travels as one archive, written again when a file's stat
+		// changes: an edit that keeps the size and the modification time
+		// still changes the change time. The archive is only trusted once
+		// its files are a second old, so the test waits for that first.
+		time.Sleep(1100 * time.Millisecond)
+		if _, err := buildModuleInto(t, b.dir, app, "./cmd/hello", "./cmd/plain"); err != nil {
+			t.Fatal(err)
+		}
+		info, err := os.Stat(vendored)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(vendored, []byte(strings.ReplaceAll(greetV1.Files["greet.go"], "v1.0.0", "VENDORED EDIT")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(vendored, info.ModTime(), info.ModTime()); err != nil {
+			t.Fatal(err)
+		}
+		if after, err := os.Stat(vendored); err != nil || after.Size() != info.Size() || !after.ModTime().Equal(info.ModTime()) {
+			t.Fatalf("the edit changed the size or time (%v, %v): the test proves nothing", after, err)
+		}
+		same, err := buildModuleInto(t, b.dir, app, "./cmd/hello", "./cmd/plain")
+		if err != nil {
+			t.Fatal(err)
+		}
+		same.runs(t, "hello", "hello from greet VENDORED EDIT")
 
 		if err := os.WriteFile(filepath.Join(app, "vendor", "modules.txt"), nil, 0o644); err != nil {
 			t.Fatal(err)

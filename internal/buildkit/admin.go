@@ -103,6 +103,9 @@ const (
 	// ToolchainStep begins the name of the step that unpacks the toolchain
 	// (the description of its record), followed by the Go version.
 	ToolchainStep = "[go] toolchain go"
+	// VendorStep names the step that unpacks a vendored build's vendor/
+	// archive.
+	VendorStep = "[go] vendor/"
 )
 
 // IsolatedCachePrefix begins the cache mount id of an isolated rebuild's
@@ -117,8 +120,8 @@ const IsolatedCachePrefix = "kiln-repro-gocache-"
 // last used module layer, which would otherwise be copied again from the
 // module cache and hashed, file by file (seconds for a large module graph;
 // it was minutes when every module was unzipped again), kiln's
-// step tool, which would be linked again, and the unpacked toolchain
-// (kindNewest, one of each). The standard library steps' records are empty
+// step tool, which would be linked again, the unpacked toolchain and
+// the unpacked vendor/ archive (kindNewest, one of each). The standard library steps' records are empty
 // and kept: their work is in the Go cache mount, and without them the next
 // build would wait for go to check every standard package again.
 func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
@@ -136,6 +139,8 @@ func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 		return "step tool", true
 	case strings.HasPrefix(u.Description, ToolchainStep):
 		return "toolchain", true
+	case u.Description == VendorStep:
+		return "vendor", true
 	}
 	return "", false
 }

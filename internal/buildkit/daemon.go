@@ -153,7 +153,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(m.Dir, "lock"))
+	unlock, err := LockFile(ctx, filepath.Join(m.Dir, "lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +302,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	if err := os.MkdirAll(m.BinDir, 0o755); err != nil {
 		return err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(m.BinDir, ".lock"))
+	unlock, err := LockFile(ctx, filepath.Join(m.BinDir, ".lock"))
 	if err != nil {
 		return err
 	}
@@ -504,7 +504,7 @@ func (m *Managed) Stop(ctx context.Context) (bool, error) {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return false, err
 	}
-	unlock, err := lockFile(ctx, filepath.Join(m.Dir, "lock"))
+	unlock, err := LockFile(ctx, filepath.Join(m.Dir, "lock"))
 	if err != nil {
 		return false, err
 	}
@@ -538,8 +538,8 @@ func (m *Managed) kill(pid int) {
 	}
 }
 
-// lockFile takes an exclusive flock, waiting for other kiln processes.
-func lockFile(ctx context.Context, path string) (func(), error) {
+// LockFile takes an exclusive flock, waiting for other kiln processes.
+func LockFile(ctx context.Context, path string) (func(), error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, err

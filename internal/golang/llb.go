@@ -30,6 +30,10 @@ const (
 	LocalModFiles  = "go-mod-files"
 	LocalToolchain = "go-toolchain"
 	LocalCACerts   = "ca-certificates"
+	// LocalVendor holds VendorTar, the vendored files a vendored build's
+	// binaries read (UseVendorArchive).
+	LocalVendor = "go-vendor"
+	VendorTar   = "vendor.tar"
 	// CABundle is the file of LocalCACerts the download step trusts.
 	CABundle = "ca-certificates.crt"
 )
@@ -106,6 +110,9 @@ type Graph struct {
 	toolsGoCache string
 	// tool, when set, is kilnstep sent from the client (UseStepTool).
 	tool *llb.State
+	// vendorArchive is set when vendor/ comes as one archive
+	// (UseVendorArchive) rather than in each listed source.
+	vendorArchive bool
 	// sources are the files of each listed local source defined so far
 	// (Sources, the module files), by name.
 	sourcesMu sync.Mutex
@@ -286,7 +293,45 @@ func (g *Graph) Sources(b plan.Binary) llb.State {
 	// One kept transfer per binary or set of binaries (two sets sharing one
 	// would undo each other's files), which an added file only updates.
 	set := digest.FromString(b.Name).Encoded()[:16]
-	return g.listed(LocalSources+"-"+set, "kiln-sources-"+set, b.Files, fmt.Sprintf("[%s] sources", b.Name))
+	files := b.Files
+	if g.vendorArchive {
+		// vendor/modules.txt stays: the folder is where the archive mounts.
+		files = slices.DeleteFunc(slices.Clone(files), func(f string) bool {
+			return strings.HasPrefix(f, VendorDir+"/") && f != VendorDir+"/modules.txt"
+		})
+	}
+	return g.listed(LocalSources+"-"+set, "kiln-sources-"+set, files, fmt.Sprintf("[%s] sources", b.Name))
+}
+
+// VendorDir is where a vendored build's modules are, in the plan's root.
+const VendorDir = "vendor"
+
+// UseVendorArchive makes every go step read vendor/ from VendorTar of the
+// local source LocalVendor (VendorArchive's folder), unpacked once, instead
+// of from each listed source. BuildKit's file sync sends one stat per file
+// on every build, 0.2 s for the 6,000 vendored files of a large module; an
+// unchanged archive is one stat. Call it before asking for any go step.
+func (g *Graph) UseVendorArchive() { g.vendorArchive = true }
+
+// VendorArchive says whether the go steps read vendor/ from the archive.
+func (g *Graph) VendorArchive() bool { return g.vendorArchive }
+
+// vendorMounts mount the unpacked vendor archive over the sources' vendor/,
+// when there is one (UseVendorArchive). Its key is the archive's digest, so
+// BuildKit is told not to checksum its files again.
+func (g *Graph) vendorMounts() []llb.RunOption {
+	if !g.vendorArchive {
+		return nil
+	}
+	archive := llb.Local(LocalVendor,
+		LocalID(g.Plan.Root+"\x00"+LocalVendor),
+		llb.IncludePatterns([]string{VendorTar}),
+		llb.SharedKeyHint("kiln-vendor"),
+		llb.WithCustomName("[go] vendor/ archive"))
+	layer := llb.Scratch().File(llb.Copy(archive, "/"+VendorTar, "/", &llb.CopyInfo{AttemptUnpack: true}),
+		llb.WithoutExportCache(),
+		llb.WithCustomName(buildkit.VendorStep))
+	return []llb.RunOption{readOnlyLayer(srcDir+"/"+VendorDir, layer)}
 }
 
 // listed is a local source named name that holds exactly files of the
@@ -496,6 +541,7 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 	if std, ok := g.standardLibrary(target, side); ok {
 		extra = append(extra, llb.AddMount(buildkit.StdDir, std, llb.Readonly))
 	}
+	extra = append(extra, g.vendorMounts()...)
 	run := g.GoCommand(args, g.Sources(union), target, name, extra...)
 	outputs := make([]llb.State, len(bins))
 	for i := range bins {
@@ -585,7 +631,7 @@ func (g *Graph) link(b plan.Binary, src, prepared llb.State, target ocispec.Plat
 	args := append([]string{goroot + "/bin/go", "build"}, flags...)
 	args = append(args, "-o", outDir+"/"+b.Name, b.Package)
 	run := g.GoCommand(args, src, target, name,
-		llb.AddMount("/kiln/prepared", prepared, llb.Readonly))
+		append(g.vendorMounts(), llb.AddMount("/kiln/prepared", prepared, llb.Readonly))...)
 	return run.AddMount(outDir, llb.Scratch())
 }
 

@@ -129,7 +129,7 @@ func (g *Graph) Snapshot(bins []plan.Binary, targets []ocispec.Platform, max int
 	}
 	dt, _ := json.Marshal(spec) // plain strings and numbers
 	specDir := llb.Scratch().File(llb.Mkfile("/spec.json", 0o644, dt), llb.WithCustomName("[go cache] snapshot spec"))
-	run := g.base().Run(
+	run := g.base().Run(append([]llb.RunOption{
 		llb.Args([]string{"/kiln/bin/kilnstep", "snapshot", "/kiln/spec/spec.json", outDir}),
 		llb.Dir(srcDir),
 		llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly),
@@ -141,7 +141,7 @@ func (g *Graph) Snapshot(bins []plan.Binary, targets []ocispec.Platform, max int
 		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName("[go cache] snapshot"),
-	)
+	}, g.vendorMounts()...)...)
 	return run.AddMount(outDir, llb.Scratch())
 }
 

@@ -22,7 +22,7 @@ import (
 // sorted by name), and the daemon can open nothing else.
 type listedFS struct {
 	root  string
-	files []string // slash-separated, sorted as walkOrder sorts them
+	files []string // slash-separated, sorted as WalkOrder sorts them
 	open  map[string]bool
 }
 
@@ -30,7 +30,7 @@ type listedFS struct {
 // source.
 func newListedFS(root string, files []string) *listedFS {
 	l := &listedFS{root: root, files: slices.Clone(files), open: map[string]bool{}}
-	slices.SortFunc(l.files, walkOrder)
+	slices.SortFunc(l.files, WalkOrder)
 	l.files = slices.Compact(l.files)
 	for _, f := range l.files {
 		l.open[filepath.FromSlash(f)] = true
@@ -38,10 +38,10 @@ func newListedFS(root string, files []string) *listedFS {
 	return l
 }
 
-// walkOrder sorts paths as a walk of the tree visits them: by folder, then
+// WalkOrder sorts paths as a walk of the tree visits them: by folder, then
 // by name, so "a/b" comes before "a-c" although '-' sorts before '/'.
 // It compares in place: the sources are sorted on every solve.
-func walkOrder(a, b string) int {
+func WalkOrder(a, b string) int {
 	for i := 0; i < len(a) && i < len(b); i++ {
 		if a[i] == b[i] {
 			continue
