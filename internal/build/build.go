@@ -258,6 +258,9 @@ type Session struct {
 	began noopStart
 	// hashes are the source digests inputs read.
 	hashes *sourceHashes
+	// vendor is the vendor archive's local source, when the go steps read
+	// one (golang.Graph.UseVendorArchive).
+	vendor *vendorSource
 	// outputs are the outputs as this build wrote or found them.
 	outputs map[string]fileStat
 }
@@ -419,18 +422,15 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 		}
 		maps.Copy(locals, fetch.Locals())
 	}
-	g := image.NewGraph(p, excludes, fetch)
+	s := &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, attach: attach}
 	if p.ModMode == plan.ModVendor {
-		files, err := vendorFiles(p, excludes)
+		files, err := s.Golang.UseVendorArchive()
 		if err != nil {
 			return nil, err
 		}
-		if locals[golang.LocalVendor], err = vendorArchive(ctx, p.Root, files, cache); err != nil {
-			return nil, err
-		}
-		g.Golang.UseVendorArchive()
+		s.vendor = &vendorSource{root: p.Root, files: files, cache: cache, began: &s.began}
 	}
-	return &Session{Graph: g, daemon: d, locals: locals, attach: attach}, nil
+	return s, nil
 }
 
 // hostPlatform is the platform of a linux worker on this machine.
@@ -487,7 +487,11 @@ func (s *Session) sawOutputs(r outputRecord) {
 }
 
 func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
-	return buildkit.SolveOptions{Locals: s.locals, Mounts: s.Golang.SourceMounts(), Progress: s.mode, Out: s.out,
+	mounts := s.Golang.SourceMounts()
+	if s.vendor != nil {
+		mounts[golang.LocalVendor] = s.vendor
+	}
+	return buildkit.SolveOptions{Locals: s.locals, Mounts: mounts, Progress: s.mode, Out: s.out,
 		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint}
 }
 

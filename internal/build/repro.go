@@ -89,8 +89,12 @@ func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	plan := *s.Plan
 	plan.Cache.GoCache = id
 	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
-	if s.Golang.VendorArchive() {
-		iso.Golang.UseVendorArchive()
+	if s.vendor != nil {
+		// The same files as the first build's: an error there is one here.
+		if _, err := iso.Golang.UseVendorArchive(); err != nil {
+			return nil, nil, err
+		}
+		iso.vendor = s.vendor
 	}
 	iso.NoCache = true
 	return iso, func() { s.pruneReproCache(context.WithoutCancel(ctx), id) }, nil

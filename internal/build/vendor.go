@@ -2,6 +2,7 @@ package build
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -13,105 +14,144 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/log"
-	"github.com/moby/patternmatcher"
+	"github.com/tonistiigi/fsutil"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
-	"github.com/kiln-build/kiln/internal/plan"
 )
 
-// vendorFiles are the files of vendor/ that any of the plan's binaries
-// reads, .dockerignore applied as to every local source, in walk order.
-func vendorFiles(p *plan.Plan, excludes []string) ([]string, error) {
-	pm, err := patternmatcher.New(append(slices.Clone(golang.ContextExcludes), excludes...))
-	if err != nil {
-		return nil, fmt.Errorf(".dockerignore: %w", err)
-	}
-	seen := map[string]bool{}
-	var files []string
-	for _, b := range p.Binaries {
-		for _, f := range b.Files {
-			if !strings.HasPrefix(f, golang.VendorDir+"/") || seen[f] {
-				continue
-			}
-			seen[f] = true
-			if skip, err := pm.MatchesOrParentMatches(f); err != nil {
-				return nil, err
-			} else if !skip {
-				files = append(files, f)
-			}
-		}
-	}
-	slices.SortFunc(files, golang.WalkOrder)
-	return files, nil
+// vendorSource is the local source golang.LocalVendor: the folder of a
+// vendor archive, made when BuildKit first asks for it. By then the build
+// has read the files for its record of inputs, so a file that changes in
+// between makes that record older than what was built, and the next build
+// builds again; the other way round, it would keep a stale build.
+type vendorSource struct {
+	root  string
+	files []string
+	cache string
+	began *noopStart // the session's, set once it starts
+
+	once sync.Once
+	fs   fsutil.FS
+	err  error
 }
 
-// vendorArchive returns the folder of golang.VendorTar: the plan's vendored
-// files as one tar, below vendor/, with fixed owners, modes and times, so
-// that the same files give the same bytes (and cache keys) on every
-// machine. It is written again only when the stat of a file in it changed
-// (size, modification and change time, inode: a file rewritten with the
-// same size and time still has a new change time), the comparison
-// BuildKit's own file sync makes. A file changed while it was read is
-// archived again; one that is gone is left out, as the sync would.
-func vendorArchive(ctx context.Context, root string, files []string, cache string) (string, error) {
-	dir := filepath.Join(cache, "vendor", hex.EncodeToString(sha256Of(root))[:16])
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+func (v *vendorSource) ready(ctx context.Context) error {
+	v.once.Do(func() {
+		var dir string
+		if dir, v.err = vendorArchive(ctx, v.root, v.files, v.cache, *v.began); v.err == nil {
+			v.fs, v.err = fsutil.NewFS(dir)
+		}
+	})
+	return v.err
+}
+
+func (v *vendorSource) Walk(ctx context.Context, target string, fn fs.WalkDirFunc) error {
+	if err := v.ready(ctx); err != nil {
+		return err
 	}
-	unlock, err := buildkit.LockFile(ctx, filepath.Join(dir, "lock"))
-	if err != nil {
-		return "", err
+	return v.fs.Walk(ctx, target, fn)
+}
+
+func (v *vendorSource) Open(p string) (io.ReadCloser, error) {
+	if err := v.ready(context.Background()); err != nil {
+		return nil, err
 	}
-	defer unlock()
-	stampFile, tarFile := filepath.Join(dir, "stamp"), filepath.Join(dir, golang.VendorTar)
+	return v.fs.Open(p)
+}
+
+// vendorFormat names the archive's layout: a change to it must not reuse
+// an archive written before.
+const vendorFormat = "kiln vendor archive 1\n"
+
+// vendorGrace is how long an archive no record names, or a partial one,
+// is left for a build that may still be sending it; a variable for tests.
+var vendorGrace = 10 * time.Minute
+
+// vendorArchive returns a folder holding golang.VendorTar: files (below
+// vendor/) as one tar with fixed owners, modes and times, so that the same
+// files are the same bytes, and cache keys, on every machine. Archives are
+// never changed once written: each lies in a folder named by its digest,
+// and a record per repository and set of files names the one made from
+// files that stat as they do now (name, size, modification and change time,
+// inode: a rewrite that keeps size and time still has a new change time).
+// A stat changed less than racyWindow before the build began is not
+// recorded, since a second change within the file system's clock tick
+// could keep it; the next build archives again.
+func vendorArchive(ctx context.Context, root string, files []string, cache string, began noopStart) (string, error) {
+	base := filepath.Join(cache, "vendor", shortDigest(root))
+	record := filepath.Join(base, "set-"+shortDigest(strings.Join(files, "\x00")))
 	stamp, err := vendorStamp(root, files)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("read %s: %w", filepath.Join(root, golang.VendorDir), err)
 	}
-	if old, err := os.ReadFile(stampFile); err == nil && string(old) == stamp {
-		if _, err := os.Stat(tarFile); err == nil {
-			return dir, nil
+	if data, err := os.ReadFile(record); err == nil {
+		if was, archive, ok := strings.Cut(string(data), " "); ok && was == stamp && fs.ValidPath(archive) {
+			dir := filepath.Join(base, archive)
+			if _, err := os.Stat(filepath.Join(dir, golang.VendorTar)); err == nil {
+				return dir, nil
+			}
 		}
 	}
-	// The stamp goes first: an archive renamed in without one is never
-	// taken for the files of an older stamp.
-	if err := os.Remove(stampFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := os.MkdirAll(base, 0o755); err != nil {
 		return "", err
 	}
+	if _, err := os.Stat(filepath.Join(base, "root")); err != nil {
+		if err := buildkit.WriteAtomic(filepath.Join(base, "root"), func(w io.Writer) error {
+			_, err := io.WriteString(w, root)
+			return err
+		}); err != nil {
+			return "", err
+		}
+	}
 	start := time.Now()
-	stamp, racy, err := writeVendorTar(root, files, dir, start)
+	at := start
+	if began.ok {
+		at = began.at
+	}
+	tmp, err := os.MkdirTemp(base, ".tmp-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	archived, sum, racy, err := writeVendorTar(root, files, filepath.Join(tmp, golang.VendorTar), at.Add(-racyWindow))
 	if err != nil {
 		return "", fmt.Errorf("archive %s for BuildKit: %w", filepath.Join(root, golang.VendorDir), err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "root"), []byte(root), 0o644); err != nil {
-		return "", err
+	dir := filepath.Join(base, sum)
+	if err := os.Rename(tmp, dir); err != nil {
+		// The same archive is there already.
+		if _, statErr := os.Stat(filepath.Join(dir, golang.VendorTar)); statErr != nil {
+			return "", err
+		}
 	}
-	// A file changed within a second of the archive could change again
-	// with the same stat: the next build archives again.
 	if !racy {
-		if err := os.WriteFile(stampFile, []byte(stamp), 0o644); err != nil {
+		if err := buildkit.WriteAtomic(record, func(w io.Writer) error {
+			_, err := io.WriteString(w, archived+" "+sum)
+			return err
+		}); err != nil {
 			return "", err
 		}
 	}
 	log.G(ctx).Infof("archived %d vendored files for BuildKit in %s (again after any change to them)", len(files), time.Since(start).Round(time.Millisecond))
-	removeOrphanedVendorArchives(filepath.Dir(dir))
+	removeUnusedVendorArchives(filepath.Dir(base), base, dir)
 	return dir, nil
 }
 
-func sha256Of(s string) []byte {
+func shortDigest(s string) string {
 	sum := sha256.Sum256([]byte(s))
-	return sum[:]
+	return hex.EncodeToString(sum[:8])
 }
 
 // vendorStamp is a digest of the list of files and each one's stat.
 func vendorStamp(root string, files []string) (string, error) {
 	h := sha256.New()
+	io.WriteString(h, vendorFormat)
 	for _, f := range files {
 		fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(f)))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -130,121 +170,192 @@ func stampEntry(h hash.Hash, name string, fi os.FileInfo) {
 		h.Write([]byte("missing\x00"))
 		return
 	}
+	h.Write(statBytes(fi))
+}
+
+func statBytes(fi os.FileInfo) []byte {
 	ctime, ino, _ := changeTime(fi)
-	var b [40]byte
+	b := make([]byte, 40)
 	binary.LittleEndian.PutUint64(b[0:], uint64(fi.Mode()))
 	binary.LittleEndian.PutUint64(b[8:], uint64(fi.Size()))
 	binary.LittleEndian.PutUint64(b[16:], uint64(fi.ModTime().UnixNano()))
 	binary.LittleEndian.PutUint64(b[24:], uint64(ctime))
 	binary.LittleEndian.PutUint64(b[32:], ino)
-	h.Write(b[:])
+	return b
 }
 
-// writeVendorTar writes the archive of files into dir and returns the stamp
-// of the stats it archived, each taken before its file was read, and
-// whether a file changed less than a second before start: file times
-// move in ticks, so a second change within one can keep the stat.
-func writeVendorTar(root string, files []string, dir string, start time.Time) (stamp string, racy bool, err error) {
-	tmp, err := os.CreateTemp(dir, ".tmp-*.tar")
+// writeVendorTar writes the archive of files to dest. It returns the stamp
+// of the stats it archived, each taken before its file was read, the
+// archive's digest, and whether a file changed after trusted (its stat may
+// not show a second change).
+func writeVendorTar(root string, files []string, dest string, trusted time.Time) (stamp, sum string, racy bool, err error) {
+	f, err := os.Create(dest)
 	if err != nil {
-		return "", false, err
+		return "", "", false, err
 	}
-	defer os.Remove(tmp.Name())
-	defer tmp.Close()
-	h := sha256.New()
-	tw := tar.NewWriter(tmp)
-	dirs := map[string]bool{}
+	defer f.Close()
+	digest := sha256.New()
+	tw := tar.NewWriter(io.MultiWriter(f, digest))
+	stamps := sha256.New()
+	io.WriteString(stamps, vendorFormat)
 	header := func(hdr *tar.Header) error {
 		hdr.ModTime, hdr.Format = time.Unix(0, 0), tar.FormatPAX
 		return tw.WriteHeader(hdr)
 	}
-	for _, f := range files {
-		rel, ok := strings.CutPrefix(f, golang.VendorDir+"/")
+	folders := map[string]bool{} // written; true when a symbolic link
+	for _, name := range files {
+		rel, ok := strings.CutPrefix(name, golang.VendorDir+"/")
 		if !ok || !fs.ValidPath(rel) {
-			return "", false, fmt.Errorf("%s is not a file below %s", f, golang.VendorDir)
+			return "", "", false, fmt.Errorf("%s is not a file below %s", name, golang.VendorDir)
 		}
-		// The folders above it, once each: walk order puts them first.
-		for i := 0; i < len(rel); i++ {
-			if rel[i] == '/' && !dirs[rel[:i]] {
-				dirs[rel[:i]] = true
-				if err := header(&tar.Header{Typeflag: tar.TypeDir, Name: rel[:i] + "/", Mode: 0o755}); err != nil {
-					return "", false, err
-				}
+		// The folders above it, once each (walk order puts them first). A
+		// folder that is a link goes as the link, without what is below it,
+		// as the listed sources send it.
+		linked := false
+		for i := 0; i < len(rel) && !linked; i++ {
+			if rel[i] != '/' {
+				continue
 			}
+			if link, seen := folders[rel[:i]]; seen {
+				linked = link
+				continue
+			}
+			fi, err := os.Lstat(filepath.Join(root, golang.VendorDir, filepath.FromSlash(rel[:i])))
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					break // the file is missing too
+				}
+				return "", "", false, err
+			}
+			if linked = fi.Mode()&fs.ModeSymlink != 0; linked {
+				err = linkHeader(header, root, rel[:i])
+			} else if fi.IsDir() {
+				err = header(&tar.Header{Typeflag: tar.TypeDir, Name: rel[:i] + "/", Mode: 0o755})
+			} else {
+				err = fmt.Errorf("%s/%s is a file, yet %s is listed below it", golang.VendorDir, rel[:i], name)
+			}
+			if err != nil {
+				return "", "", false, err
+			}
+			folders[rel[:i]] = linked
 		}
-		name := filepath.Join(root, filepath.FromSlash(f))
-		fi, err := os.Lstat(name)
+		path := filepath.Join(root, filepath.FromSlash(name))
+		fi, err := os.Lstat(path)
 		if errors.Is(err, fs.ErrNotExist) {
-			stampEntry(h, f, nil)
+			stampEntry(stamps, name, nil)
 			continue
 		} else if err != nil {
-			return "", false, err
+			return "", "", false, err
 		}
-		stampEntry(h, f, fi)
-		ctime, _, known := changeTime(fi)
-		if !known || fi.ModTime().After(start.Add(-time.Second)) || ctime > start.Add(-time.Second).UnixNano() {
+		stampEntry(stamps, name, fi)
+		if ctime, _, known := changeTime(fi); !known || ctime > trusted.UnixNano() {
 			racy = true
 		}
 		switch {
+		case linked:
 		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(name)
-			if err != nil {
-				return "", false, err
-			}
-			if err := header(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: target, Mode: 0o777}); err != nil {
-				return "", false, err
-			}
+			err = linkHeader(header, root, rel)
 		case fi.Mode().IsRegular():
-			if err := header(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: fi.Size(), Mode: 0o644}); err != nil {
-				return "", false, err
-			}
-			if err := copyFileInto(tw, name, fi.Size()); err != nil {
-				return "", false, fmt.Errorf("%s: %w", f, err)
+			if err = header(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: fi.Size(), Mode: 0o644}); err == nil {
+				err = copyUnchanged(tw, path, fi)
 			}
 		default:
-			return "", false, fmt.Errorf("%s is a %s, not a file go reads", f, fi.Mode().Type())
+			err = fmt.Errorf("%s is a %s; go reads only files there: remove it and run `go mod vendor`", name, kindOf(fi.Mode()))
+		}
+		if err != nil {
+			return "", "", false, err
 		}
 	}
 	if err := tw.Close(); err != nil {
-		return "", false, err
+		return "", "", false, err
 	}
-	if err := tmp.Close(); err != nil {
-		return "", false, err
+	if err := f.Sync(); err != nil {
+		return "", "", false, err
 	}
-	if err := os.Rename(tmp.Name(), filepath.Join(dir, golang.VendorTar)); err != nil {
-		return "", false, err
+	if err := f.Close(); err != nil {
+		return "", "", false, err
 	}
-	return hex.EncodeToString(h.Sum(nil)), racy, nil
+	d := digest.Sum(nil)
+	// BuildKit resends a file whose size or modification time changed: one
+	// taken from the content differs between any two archives.
+	mtime := time.Unix(1<<30+int64(binary.BigEndian.Uint32(d[:4])), int64(binary.BigEndian.Uint32(d[4:8])%1e9))
+	if err := os.Chtimes(dest, mtime, mtime); err != nil {
+		return "", "", false, err
+	}
+	return hex.EncodeToString(stamps.Sum(nil)), hex.EncodeToString(d), racy, nil
 }
 
-// copyFileInto copies exactly size bytes of a file, or fails: a file that
-// shrank under the read would leave the archive short.
-func copyFileInto(w io.Writer, name string, size int64) error {
-	f, err := os.Open(name)
+func linkHeader(header func(*tar.Header) error, root, rel string) error {
+	target, err := os.Readlink(filepath.Join(root, golang.VendorDir, filepath.FromSlash(rel)))
+	if err != nil {
+		return err
+	}
+	return header(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: target, Mode: 0o777})
+}
+
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "folder"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	}
+	return "special file"
+}
+
+// copyUnchanged copies a file whose stat was fi, and fails if it changed
+// while it was read: the archive would hold a torn file.
+func copyUnchanged(w io.Writer, path string, fi os.FileInfo) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if n, err := io.CopyN(w, f, size); err != nil {
-		return fmt.Errorf("changed while archived (%d of %d bytes read): %w", n, size, err)
+	_, err = io.CopyN(w, f, fi.Size())
+	after, statErr := f.Stat()
+	if err != nil || statErr != nil || !bytes.Equal(statBytes(after), statBytes(fi)) {
+		return fmt.Errorf("%s changed while kiln archived it: run the build again", path)
 	}
 	return nil
 }
 
-// removeOrphanedVendorArchives removes the archives of repositories that
-// are gone (a benchmark's copies, deleted checkouts).
-func removeOrphanedVendorArchives(parent string) {
-	entries, err := os.ReadDir(parent)
-	if err != nil {
-		return
+// removeUnusedVendorArchives removes, past vendorGrace, the archives of
+// base that no record names and partial ones, and the folders of
+// repositories that are gone (a benchmark's copies, deleted checkouts).
+func removeUnusedVendorArchives(parent, base, keep string) {
+	old := func(path string) bool {
+		fi, err := os.Stat(path)
+		return err == nil && time.Since(fi.ModTime()) > vendorGrace
+	}
+	named := map[string]bool{keep: true}
+	entries, _ := os.ReadDir(base)
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "set-") {
+			if data, err := os.ReadFile(filepath.Join(base, e.Name())); err == nil {
+				if _, archive, ok := strings.Cut(string(data), " "); ok {
+					named[filepath.Join(base, archive)] = true
+				}
+			}
+		}
 	}
 	for _, e := range entries {
+		path := filepath.Join(base, e.Name())
+		if e.IsDir() && !named[path] && old(path) {
+			os.RemoveAll(path)
+		}
+	}
+	roots, _ := os.ReadDir(parent)
+	for _, e := range roots {
 		dir := filepath.Join(parent, e.Name())
 		root, err := os.ReadFile(filepath.Join(dir, "root"))
-		if err != nil {
-			continue // being written, or not an archive
+		if dir == base || err != nil || !filepath.IsAbs(string(root)) {
+			continue
 		}
-		if _, err := os.Stat(filepath.Join(string(root), golang.VendorDir)); errors.Is(err, fs.ErrNotExist) {
+		if _, err := os.Stat(string(root)); errors.Is(err, fs.ErrNotExist) {
 			os.RemoveAll(dir)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,11 @@ func tarFiles(t *testing.T, data []byte) map[string]string {
 
 func TestVendorArchive(t *testing.T) {
 	ctx := context.Background()
+	defer TrustRecentInputs()()
+	grace := vendorGrace
+	vendorGrace = 0
+	defer func() { vendorGrace = grace }()
+	now := func() noopStart { return noopStart{at: time.Now(), ok: true} }
 	tree := map[string]string{
 		"vendor/modules.txt":              "# example.com/greet v1.0.0\n",
 		"vendor/example.com/greet/a.go":   "package greet\n",
@@ -57,22 +63,21 @@ func TestVendorArchive(t *testing.T) {
 	rootA, rootB := t.TempDir(), t.TempDir()
 	writeTree(t, rootA, tree, time.Now().Add(-time.Hour))
 	writeTree(t, rootB, tree, time.Now().Add(-2*time.Hour))
-	time.Sleep(1100 * time.Millisecond) // files a second old are not racy
 
-	dirA, err := vendorArchive(ctx, rootA, listed, cache)
+	dirA, err := vendorArchive(ctx, rootA, listed, cache, now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirB, err := vendorArchive(ctx, rootB, listed, cache)
+	dirB, err := vendorArchive(ctx, rootB, listed, cache, now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if dirA == dirB {
-		t.Fatalf("two repositories share the archive folder %s", dirA)
+	if filepath.Dir(dirA) == filepath.Dir(dirB) {
+		t.Fatalf("two repositories share the archive folder %s", filepath.Dir(dirA))
 	}
 	a, _ := os.ReadFile(filepath.Join(dirA, golang.VendorTar))
 	b, _ := os.ReadFile(filepath.Join(dirB, golang.VendorTar))
-	if len(a) == 0 || !bytes.Equal(a, b) {
+	if len(a) == 0 || !bytes.Equal(a, b) || filepath.Base(dirA) != filepath.Base(dirB) {
 		t.Fatalf("the same files at other paths and times gave different archives (%d and %d bytes)", len(a), len(b))
 	}
 	got := tarFiles(t, a)
@@ -85,10 +90,10 @@ func TestVendorArchive(t *testing.T) {
 		t.Errorf("archive holds %v; want the four listed files that exist, below their folders", got)
 	}
 
-	// Unchanged: the archive is not written again.
+	// Unchanged: the same archive, not written again.
 	before, _ := os.Stat(filepath.Join(dirA, golang.VendorTar))
-	if _, err := vendorArchive(ctx, rootA, listed, cache); err != nil {
-		t.Fatal(err)
+	if again, err := vendorArchive(ctx, rootA, listed, cache, now()); err != nil || again != dirA {
+		t.Fatalf("an unchanged vendor/ gave %s, %v; want %s", again, err, dirA)
 	}
 	if after, _ := os.Stat(filepath.Join(dirA, golang.VendorTar)); !os.SameFile(before, after) {
 		t.Errorf("an unchanged vendor/ was archived again")
@@ -103,36 +108,88 @@ func TestVendorArchive(t *testing.T) {
 	if err := os.Chtimes(edited, info.ModTime(), info.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := vendorArchive(ctx, rootA, listed, cache); err != nil {
+	dirEdited, err := vendorArchive(ctx, rootA, listed, cache, now())
+	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ = os.ReadFile(filepath.Join(dirA, golang.VendorTar))
+	a, _ = os.ReadFile(filepath.Join(dirEdited, golang.VendorTar))
 	if got := tarFiles(t, a)["example.com/greet/a.go"]; got != "package GREET\n" {
 		t.Errorf("after an edit that kept size and time the archive holds %q", got)
 	}
+	// BuildKit resends by size and modification time: two archives of one
+	// size must differ in time.
+	if x, y := before, mustStat(t, filepath.Join(dirEdited, golang.VendorTar)); x.Size() != y.Size() || x.ModTime().Equal(y.ModTime()) {
+		t.Errorf("two archives of %d and %d bytes have the times %v and %v; want equal sizes and other times", x.Size(), y.Size(), x.ModTime(), y.ModTime())
+	}
+	// The archive no record names is removed (past the grace, here none);
+	// rootB's record still names its own.
+	if _, err := os.Stat(dirA); !os.IsNotExist(err) {
+		t.Errorf("the archive the edit replaced is still there: %v", err)
+	}
 
-	// A file that appears is archived.
+	// A file that appears is archived; a folder that is a link goes as the
+	// link, without what was listed below it.
 	writeTree(t, rootA, map[string]string{"vendor/example.com/gone.go": "package example\n"}, time.Now().Add(-time.Hour))
-	if _, err := vendorArchive(ctx, rootA, listed, cache); err != nil {
+	if err := os.Rename(filepath.Join(rootA, "vendor/example.com/greet-x"), filepath.Join(rootA, "elsewhere")); err != nil {
 		t.Fatal(err)
 	}
-	a, _ = os.ReadFile(filepath.Join(dirA, golang.VendorTar))
-	if _, ok := tarFiles(t, a)["example.com/gone.go"]; !ok {
+	if err := os.Symlink("../../elsewhere", filepath.Join(rootA, "vendor/example.com/greet-x")); err != nil {
+		t.Fatal(err)
+	}
+	dirLinked, err := vendorArchive(ctx, rootA, listed, cache, now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ = os.ReadFile(filepath.Join(dirLinked, golang.VendorTar))
+	got = tarFiles(t, a)
+	if _, ok := got["example.com/gone.go"]; !ok {
 		t.Errorf("a listed file that appeared is not in the archive")
 	}
+	if _, ok := got["example.com/greet-x/b.go"]; ok {
+		t.Errorf("a file below a linked folder was archived: %v", got)
+	}
 
-	// The archive of a repository that is gone goes with the next one made.
+	// The archives of a repository that is gone go with the next one made.
 	if err := os.RemoveAll(rootB); err != nil {
 		t.Fatal(err)
 	}
 	writeTree(t, rootA, map[string]string{"vendor/modules.txt": "# changed\n"}, time.Now().Add(-time.Hour))
-	if _, err := vendorArchive(ctx, rootA, listed, cache); err != nil {
+	dirLast, err := vendorArchive(ctx, rootA, listed, cache, now())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(dirB); !os.IsNotExist(err) {
-		t.Errorf("the archive of a deleted repository is still there: %v", err)
+	if _, err := os.Stat(filepath.Dir(dirB)); !os.IsNotExist(err) {
+		t.Errorf("the archives of a deleted repository are still there: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dirA, golang.VendorTar)); err != nil {
+	if _, err := os.Stat(filepath.Join(dirLast, golang.VendorTar)); err != nil {
 		t.Errorf("the archive of a live repository went: %v", err)
 	}
+
+	// A stat younger than the racy window is not trusted: the record still
+	// names the archive before, so the next build archives again.
+	vendorGrace = time.Hour
+	racyWindow = time.Hour
+	writeTree(t, rootA, map[string]string{"vendor/modules.txt": "# racy\n"}, time.Now().Add(-time.Hour))
+	racy, err := vendorArchive(ctx, rootA, listed, cache, now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	records, _ := filepath.Glob(filepath.Join(filepath.Dir(racy), "set-*"))
+	for _, r := range records {
+		if data, _ := os.ReadFile(r); strings.HasSuffix(string(data), filepath.Base(racy)) {
+			t.Errorf("a racy archive was recorded as current: %s", data)
+		}
+	}
+	if len(records) != 1 {
+		t.Errorf("records %v; want one, for the one set of files", records)
+	}
+}
+
+func mustStat(t *testing.T, path string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
 }

@@ -114,14 +114,14 @@ const IsolatedCachePrefix = "kiln-repro-gocache-"
 
 // keptKind says what Prune keeps of a record unless told to remove
 // everything: all Go cache mounts (but an isolated rebuild's, left by an
-// interrupted run), which make the next cold build fast, and
-// all the local sources' transfer state, so the next build sends only what
-// changed of the toolchain (135 MB) and the repository (kindAll); and the
-// last used module layer, which would otherwise be copied again from the
-// module cache and hashed, file by file (seconds for a large module graph;
-// it was minutes when every module was unzipped again), kiln's
-// step tool, which would be linked again, the unpacked toolchain and
-// the unpacked vendor/ archive (kindNewest, one of each). The standard library steps' records are empty
+// interrupted run), which make the next cold build fast, and all the local
+// sources' transfer state, so the next build sends only what changed of the
+// toolchain (135 MB) and the repository (kindAll); and the last used module
+// layer, which would otherwise be copied again from the module cache and
+// hashed, file by file (seconds for a large module graph; it was minutes
+// when every module was unzipped again), kiln's step tool, which would be
+// linked again, the unpacked toolchain and the unpacked vendor/ archive
+// (kindNewest, one of each). The standard library steps' records are empty
 // and kept: their work is in the Go cache mount, and without them the next
 // build would wait for go to check every standard package again.
 func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
@@ -217,7 +217,7 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("prune %s: %w", d.Address, err)
 	}
-	kept := " (Go cache mounts, local transfer state, the last module layer and kiln's step tool kept; -all removes them too)"
+	kept := " (Go cache mounts, local transfer state, the last module layer, the unpacked toolchain and vendor/, and kiln's step tool kept; -all removes them too)"
 	if all {
 		kept = ""
 	}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/moby/buildkit/client/llb"
+	"github.com/moby/patternmatcher"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
@@ -110,9 +111,9 @@ type Graph struct {
 	toolsGoCache string
 	// tool, when set, is kilnstep sent from the client (UseStepTool).
 	tool *llb.State
-	// vendorArchive is set when vendor/ comes as one archive
+	// vendorArchive are the files of vendor/ when they come as one archive
 	// (UseVendorArchive) rather than in each listed source.
-	vendorArchive bool
+	vendorArchive []string
 	// sources are the files of each listed local source defined so far
 	// (Sources, the module files), by name.
 	sourcesMu sync.Mutex
@@ -294,10 +295,10 @@ func (g *Graph) Sources(b plan.Binary) llb.State {
 	// would undo each other's files), which an added file only updates.
 	set := digest.FromString(b.Name).Encoded()[:16]
 	files := b.Files
-	if g.vendorArchive {
+	if g.vendorArchive != nil {
 		// vendor/modules.txt stays: the folder is where the archive mounts.
 		files = slices.DeleteFunc(slices.Clone(files), func(f string) bool {
-			return strings.HasPrefix(f, VendorDir+"/") && f != VendorDir+"/modules.txt"
+			return strings.HasPrefix(f, VendorDir+"/") && f != VendorModulesTxt
 		})
 	}
 	return g.listed(LocalSources+"-"+set, "kiln-sources-"+set, files, fmt.Sprintf("[%s] sources", b.Name))
@@ -306,27 +307,68 @@ func (g *Graph) Sources(b plan.Binary) llb.State {
 // VendorDir is where a vendored build's modules are, in the plan's root.
 const VendorDir = "vendor"
 
-// UseVendorArchive makes every go step read vendor/ from VendorTar of the
-// local source LocalVendor (VendorArchive's folder), unpacked once, instead
-// of from each listed source. BuildKit's file sync sends one stat per file
-// on every build, 0.2 s for the 6,000 vendored files of a large module; an
-// unchanged archive is one stat. Call it before asking for any go step.
-func (g *Graph) UseVendorArchive() { g.vendorArchive = true }
+// VendorModulesTxt is the file of VendorDir that go checks against go.mod.
+const VendorModulesTxt = VendorDir + "/modules.txt"
 
-// VendorArchive says whether the go steps read vendor/ from the archive.
-func (g *Graph) VendorArchive() bool { return g.vendorArchive }
+// UseVendorArchive makes every go step read vendor/ from VendorTar of the
+// local source LocalVendor, unpacked once, instead of from each listed
+// source: BuildKit's file sync sends one stat per file on every build, 0.2 s
+// for the 6,000 vendored files of a large module, and an unchanged archive
+// is one stat. It returns the files the archive must hold (VendorFiles).
+// Call it before asking for any go step.
+func (g *Graph) UseVendorArchive() ([]string, error) {
+	files, err := g.VendorFiles()
+	if err != nil {
+		return nil, err
+	}
+	g.vendorArchive = files
+	return files, nil
+}
+
+// UsesVendorArchive says whether the go steps read vendor/ from the archive.
+func (g *Graph) UsesVendorArchive() bool { return g.vendorArchive != nil }
+
+// VendorFiles are the files of vendor/ that any binary of the plan reads,
+// in walk order: one archive serves every go step. A file .dockerignore
+// excludes is an error, since go would not find it.
+func (g *Graph) VendorFiles() ([]string, error) {
+	excludes, err := patternmatcher.New(append(slices.Clone(ContextExcludes), g.Excludes...))
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	files := []string{}
+	seen := map[string]bool{}
+	for _, b := range g.Plan.Binaries {
+		for _, f := range b.Files {
+			if !strings.HasPrefix(f, VendorDir+"/") || seen[f] {
+				continue
+			}
+			seen[f] = true
+			if skip, err := excludes.MatchesOrParentMatches(f); err != nil {
+				return nil, fmt.Errorf(".dockerignore: %w", err)
+			} else if skip {
+				return nil, fmt.Errorf(".dockerignore excludes %s, which go reads to build %s: remove the pattern that matches it", f, b.Name)
+			}
+			files = append(files, f)
+		}
+	}
+	slices.SortFunc(files, WalkOrder)
+	return files, nil
+}
 
 // vendorMounts mount the unpacked vendor archive over the sources' vendor/,
 // when there is one (UseVendorArchive). Its key is the archive's digest, so
 // BuildKit is told not to checksum its files again.
 func (g *Graph) vendorMounts() []llb.RunOption {
-	if !g.vendorArchive {
+	if g.vendorArchive == nil {
 		return nil
 	}
+	// A transfer of its own per repository and set of files, as Sources.
+	set := digest.FromString(g.Plan.Root + "\x00" + strings.Join(g.vendorArchive, "\x00")).Encoded()[:16]
 	archive := llb.Local(LocalVendor,
 		LocalID(g.Plan.Root+"\x00"+LocalVendor),
 		llb.IncludePatterns([]string{VendorTar}),
-		llb.SharedKeyHint("kiln-vendor"),
+		llb.SharedKeyHint("kiln-vendor-"+set),
 		llb.WithCustomName("[go] vendor/ archive"))
 	layer := llb.Scratch().File(llb.Copy(archive, "/"+VendorTar, "/", &llb.CopyInfo{AttemptUnpack: true}),
 		llb.WithoutExportCache(),

@@ -13,8 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/tonistiigi/fsutil"
 	"github.com/tonistiigi/fsutil/types"
+
+	"github.com/kiln-build/kiln/internal/plan"
 )
 
 // walked is what a walk of an fsutil.FS sends, one line per entry.
@@ -118,5 +121,31 @@ func TestListedSourcesSendWhatFsutilWouldSend(t *testing.T) {
 			}
 			t.Errorf("the daemon opened %s, which is not listed (err %v)", p, err)
 		}
+	}
+}
+
+func TestVendorFiles(t *testing.T) {
+	p := &plan.Plan{Root: t.TempDir(), Binaries: []plan.Binary{
+		{Name: "a", Files: []string{"go.mod", "cmd/a/main.go", "vendor/modules.txt", "vendor/x.io/y/y.go", "vendor/x.io/y-z/z.go"}},
+		{Name: "b", Files: []string{"go.mod", "cmd/b/main.go", "vendor/modules.txt", "vendor/x.io/y/y.go", "vendor/x.io/w/w.go"}},
+	}}
+	g := &Graph{Plan: p, Excludes: []string{"*.md"}}
+	files, err := g.UseVendorArchive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every binary's, once each, in walk order ("y/" before "y-z").
+	if want := []string{"vendor/modules.txt", "vendor/x.io/w/w.go", "vendor/x.io/y/y.go", "vendor/x.io/y-z/z.go"}; !slices.Equal(files, want) {
+		t.Errorf("vendored files %v; want %v", files, want)
+	}
+	// The listed sources keep vendor/modules.txt alone: the mount point.
+	g.Sources(p.Binaries[0])
+	if got := g.sources[LocalSources+"-"+digest.FromString("a").Encoded()[:16]]; !slices.Equal(got, []string{"go.mod", "cmd/a/main.go", "vendor/modules.txt"}) {
+		t.Errorf("a's listed sources %v; want its own files and vendor/modules.txt", got)
+	}
+
+	g = &Graph{Plan: p, Excludes: []string{"vendor/x.io/w"}}
+	if _, err := g.UseVendorArchive(); err == nil || !strings.Contains(err.Error(), ".dockerignore excludes vendor/x.io/w/w.go, which go reads to build b") {
+		t.Errorf("a .dockerignore'd vendored file gave %v; want it named", err)
 	}
 }
