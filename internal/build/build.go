@@ -476,7 +476,12 @@ func runsHere(bp ocispec.Platform) bool {
 	return runtime.GOOS == "linux" && config.FormatPlatform(bp) == config.FormatPlatform(hostPlatform())
 }
 
-func (s *Session) Close() { s.daemon.Close() }
+func (s *Session) Close() {
+	if s.vendor != nil {
+		s.vendor.Close()
+	}
+	s.daemon.Close()
+}
 
 // sawOutputs notes outputs as this build wrote or found them.
 func (s *Session) sawOutputs(r outputRecord) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/tonistiigi/fsutil"
+	"github.com/tonistiigi/fsutil/types"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
@@ -37,41 +38,79 @@ type vendorSource struct {
 	began *noopStart // the session's, set once it starts
 
 	once sync.Once
-	fs   fsutil.FS
 	err  error
+	// file is the archive, open: a later removal of its folder (by another
+	// kiln's clean-up) cannot take it from this session's solves.
+	file *os.File
+	stat *types.Stat
 }
 
 func (v *vendorSource) ready(ctx context.Context) error {
 	v.once.Do(func() {
-		var dir string
-		if dir, v.err = vendorArchive(ctx, v.root, v.files, v.cache, *v.began); v.err == nil {
-			v.fs, v.err = fsutil.NewFS(dir)
+		for attempt := 0; ; attempt++ {
+			var dir string
+			if dir, v.err = vendorArchive(ctx, v.root, v.files, v.cache, *v.began); v.err != nil {
+				return
+			}
+			path := filepath.Join(dir, golang.VendorTar)
+			if v.file, v.err = os.Open(path); v.err == nil {
+				if v.stat, v.err = fsutil.Stat(path); v.err == nil {
+					v.stat.Path = golang.VendorTar
+					return
+				}
+				v.file.Close()
+			}
+			// Removed between the record's read and the open: archive again.
+			if !errors.Is(v.err, fs.ErrNotExist) || attempt == 1 {
+				return
+			}
 		}
 	})
 	return v.err
 }
 
+// Walk sends the archive, the one file of the source.
 func (v *vendorSource) Walk(ctx context.Context, target string, fn fs.WalkDirFunc) error {
 	if err := v.ready(ctx); err != nil {
 		return err
 	}
-	return v.fs.Walk(ctx, target, fn)
+	if t := strings.Trim(filepath.ToSlash(filepath.Clean(target)), "/"); t != "" && t != "." && t != golang.VendorTar {
+		return nil
+	}
+	if err := fn(golang.VendorTar, &fsutil.DirEntryInfo{Stat: v.stat}, nil); err != nil && !errors.Is(err, filepath.SkipDir) && !errors.Is(err, filepath.SkipAll) {
+		return err
+	}
+	return nil
 }
 
 func (v *vendorSource) Open(p string) (io.ReadCloser, error) {
 	if err := v.ready(context.Background()); err != nil {
 		return nil, err
 	}
-	return v.fs.Open(p)
+	if strings.Trim(filepath.ToSlash(filepath.Clean(p)), "/") != golang.VendorTar {
+		return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrNotExist}
+	}
+	return io.NopCloser(io.NewSectionReader(v.file, 0, v.stat.Size)), nil
+}
+
+// Close closes the archive, if it was opened.
+func (v *vendorSource) Close() {
+	if v.file != nil {
+		v.file.Close()
+	}
 }
 
 // vendorFormat names the archive's layout: a change to it must not reuse
 // an archive written before.
-const vendorFormat = "kiln vendor archive 1\n"
+const vendorFormat = "kiln vendor archive 2\n"
 
 // vendorGrace is how long an archive no record names, or a partial one,
 // is left for a build that may still be sending it; a variable for tests.
 var vendorGrace = 10 * time.Minute
+
+// vendorRecordLife is how long the record of a set of files that no build
+// used is kept (and its archive with it).
+const vendorRecordLife = 14 * 24 * time.Hour
 
 // vendorArchive returns a folder holding golang.VendorTar: files (below
 // vendor/) as one tar with fixed owners, modes and times, so that the same
@@ -86,14 +125,19 @@ var vendorGrace = 10 * time.Minute
 func vendorArchive(ctx context.Context, root string, files []string, cache string, began noopStart) (string, error) {
 	base := filepath.Join(cache, "vendor", shortDigest(root))
 	record := filepath.Join(base, "set-"+shortDigest(strings.Join(files, "\x00")))
-	stamp, err := vendorStamp(root, files)
-	if err != nil {
+	stamps := newVendorStamp()
+	if err := eachVendorEntry(root, files, stamps.add, nil); err != nil {
 		return "", fmt.Errorf("read %s: %w", filepath.Join(root, golang.VendorDir), err)
 	}
+	stamp := stamps.sum()
 	if data, err := os.ReadFile(record); err == nil {
 		if was, archive, ok := strings.Cut(string(data), " "); ok && was == stamp && fs.ValidPath(archive) {
 			dir := filepath.Join(base, archive)
 			if _, err := os.Stat(filepath.Join(dir, golang.VendorTar)); err == nil {
+				// Used now: the clean-up goes by these times.
+				now := time.Now()
+				os.Chtimes(dir, now, now)
+				os.Chtimes(record, now, now)
 				return dir, nil
 			}
 		}
@@ -129,6 +173,7 @@ func vendorArchive(ctx context.Context, root string, files []string, cache strin
 		if _, statErr := os.Stat(filepath.Join(dir, golang.VendorTar)); statErr != nil {
 			return "", err
 		}
+		os.Chtimes(dir, start, start)
 	}
 	if !racy {
 		if err := buildkit.WriteAtomic(record, func(w io.Writer) error {
@@ -138,7 +183,7 @@ func vendorArchive(ctx context.Context, root string, files []string, cache strin
 			return "", err
 		}
 	}
-	log.G(ctx).Infof("archived %d vendored files for BuildKit in %s (again after any change to them)", len(files), time.Since(start).Round(time.Millisecond))
+	log.G(ctx).Debugf("archived %d vendored files for BuildKit in %s", len(files), time.Since(start).Round(time.Millisecond))
 	removeUnusedVendorArchives(filepath.Dir(base), base, dir)
 	return dir, nil
 }
@@ -148,30 +193,107 @@ func shortDigest(s string) string {
 	return hex.EncodeToString(sum[:8])
 }
 
-// vendorStamp is a digest of the list of files and each one's stat.
-func vendorStamp(root string, files []string) (string, error) {
-	h := sha256.New()
-	io.WriteString(h, vendorFormat)
-	for _, f := range files {
-		fi, err := os.Lstat(filepath.Join(root, filepath.FromSlash(f)))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return "", err
-		}
-		stampEntry(h, f, fi)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+// vendorEntry is a folder or file of the archive, in the order written.
+type vendorEntry struct {
+	name string      // below vendor/; a folder's ends in "/"
+	path string      // on this machine
+	fi   os.FileInfo // nil when missing
+	link string      // a symbolic link's target
 }
 
-// stampEntry adds a file's name and stat (nil: missing) to a stamp.
-func stampEntry(h hash.Hash, name string, fi os.FileInfo) {
-	h.Write([]byte(name))
-	h.Write([]byte{0})
-	if fi == nil {
-		h.Write([]byte("missing\x00"))
-		return
+// eachVendorEntry calls file, then stamp when set, with each listed file
+// and, first, each folder above it, once. A folder that is a link is given
+// as the link, without what is below it, as the listed sources send it.
+func eachVendorEntry(root string, files []string, stamp, file func(vendorEntry) error) error {
+	folders := map[string]bool{} // given; true when nothing below follows
+	call := func(e vendorEntry) error {
+		if file != nil {
+			if err := file(e); err != nil {
+				return err
+			}
+		}
+		return stamp(e)
 	}
-	h.Write(statBytes(fi))
+	lstat := func(name, rel string) (vendorEntry, error) {
+		e := vendorEntry{name: name, path: filepath.Join(root, golang.VendorDir, filepath.FromSlash(strings.TrimSuffix(rel, "/")))}
+		fi, err := os.Lstat(e.path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return e, nil
+		case err != nil:
+			return e, err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			e.link, err = os.Readlink(e.path)
+		}
+		e.fi = fi
+		return e, err
+	}
+	for _, name := range files {
+		rel, ok := strings.CutPrefix(name, golang.VendorDir+"/")
+		if !ok || !fs.ValidPath(rel) {
+			return fmt.Errorf("%s is not a file below %s", name, golang.VendorDir)
+		}
+		below := true
+		for i := 0; i < len(rel) && below; i++ {
+			if rel[i] != '/' {
+				continue
+			}
+			if stop, seen := folders[rel[:i]]; seen {
+				below = !stop
+				continue
+			}
+			e, err := lstat(rel[:i]+"/", rel[:i])
+			if err != nil {
+				return err
+			}
+			if e.fi != nil && !e.fi.IsDir() && e.link == "" {
+				return fmt.Errorf("%s/%s is a file, yet %s is listed below it", golang.VendorDir, rel[:i], name)
+			}
+			below = e.fi != nil && e.link == ""
+			folders[rel[:i]] = !below
+			if err := call(e); err != nil {
+				return err
+			}
+		}
+		if !below {
+			continue
+		}
+		e, err := lstat(rel, rel)
+		if err != nil {
+			return err
+		}
+		if err := call(e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
+
+// vendorStamp is a digest of every entry's name and stat (a folder's kind
+// and link alone: its times change with any file in it).
+type vendorStamp struct{ h hash.Hash }
+
+func newVendorStamp() *vendorStamp {
+	v := &vendorStamp{h: sha256.New()}
+	io.WriteString(v.h, vendorFormat)
+	return v
+}
+
+func (v *vendorStamp) add(e vendorEntry) error {
+	io.WriteString(v.h, e.name+"\x00"+e.link+"\x00")
+	switch {
+	case e.fi == nil:
+		io.WriteString(v.h, "missing")
+	case strings.HasSuffix(e.name, "/"):
+		fmt.Fprint(v.h, uint32(e.fi.Mode().Type()))
+	default:
+		v.h.Write(statBytes(e.fi))
+	}
+	v.h.Write([]byte{0})
+	return nil
+}
+
+func (v *vendorStamp) sum() string { return hex.EncodeToString(v.h.Sum(nil)) }
 
 func statBytes(fi os.FileInfo) []byte {
 	ctime, ino, _ := changeTime(fi)
@@ -196,75 +318,31 @@ func writeVendorTar(root string, files []string, dest string, trusted time.Time)
 	defer f.Close()
 	digest := sha256.New()
 	tw := tar.NewWriter(io.MultiWriter(f, digest))
-	stamps := sha256.New()
-	io.WriteString(stamps, vendorFormat)
-	header := func(hdr *tar.Header) error {
-		hdr.ModTime, hdr.Format = time.Unix(0, 0), tar.FormatPAX
-		return tw.WriteHeader(hdr)
-	}
-	folders := map[string]bool{} // written; true when a symbolic link
-	for _, name := range files {
-		rel, ok := strings.CutPrefix(name, golang.VendorDir+"/")
-		if !ok || !fs.ValidPath(rel) {
-			return "", "", false, fmt.Errorf("%s is not a file below %s", name, golang.VendorDir)
+	write := func(e vendorEntry) error {
+		hdr := &tar.Header{Name: e.name, ModTime: time.Unix(0, 0), Format: tar.FormatPAX}
+		switch {
+		case e.fi == nil:
+			return nil
+		case e.link != "":
+			hdr.Name, hdr.Typeflag, hdr.Linkname, hdr.Mode = strings.TrimSuffix(e.name, "/"), tar.TypeSymlink, e.link, 0o777
+		case e.fi.IsDir():
+			hdr.Typeflag, hdr.Mode = tar.TypeDir, 0o755
+		case e.fi.Mode().IsRegular():
+			hdr.Typeflag, hdr.Mode, hdr.Size = tar.TypeReg, 0o644, e.fi.Size()
+		default:
+			return fmt.Errorf("%s/%s is a %s; go reads only files there: remove it and run `go mod vendor`", golang.VendorDir, e.name, kindOf(e.fi.Mode()))
 		}
-		// The folders above it, once each (walk order puts them first). A
-		// folder that is a link goes as the link, without what is below it,
-		// as the listed sources send it.
-		linked := false
-		for i := 0; i < len(rel) && !linked; i++ {
-			if rel[i] != '/' {
-				continue
-			}
-			if link, seen := folders[rel[:i]]; seen {
-				linked = link
-				continue
-			}
-			fi, err := os.Lstat(filepath.Join(root, golang.VendorDir, filepath.FromSlash(rel[:i])))
-			if err != nil {
-				if errors.Is(err, fs.ErrNotExist) {
-					break // the file is missing too
-				}
-				return "", "", false, err
-			}
-			if linked = fi.Mode()&fs.ModeSymlink != 0; linked {
-				err = linkHeader(header, root, rel[:i])
-			} else if fi.IsDir() {
-				err = header(&tar.Header{Typeflag: tar.TypeDir, Name: rel[:i] + "/", Mode: 0o755})
-			} else {
-				err = fmt.Errorf("%s/%s is a file, yet %s is listed below it", golang.VendorDir, rel[:i], name)
-			}
-			if err != nil {
-				return "", "", false, err
-			}
-			folders[rel[:i]] = linked
-		}
-		path := filepath.Join(root, filepath.FromSlash(name))
-		fi, err := os.Lstat(path)
-		if errors.Is(err, fs.ErrNotExist) {
-			stampEntry(stamps, name, nil)
-			continue
-		} else if err != nil {
-			return "", "", false, err
-		}
-		stampEntry(stamps, name, fi)
-		if ctime, _, known := changeTime(fi); !known || ctime > trusted.UnixNano() {
+		if ctime, _, known := changeTime(e.fi); !known || ctime > trusted.UnixNano() {
 			racy = true
 		}
-		switch {
-		case linked:
-		case fi.Mode()&fs.ModeSymlink != 0:
-			err = linkHeader(header, root, rel)
-		case fi.Mode().IsRegular():
-			if err = header(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Size: fi.Size(), Mode: 0o644}); err == nil {
-				err = copyUnchanged(tw, path, fi)
-			}
-		default:
-			err = fmt.Errorf("%s is a %s; go reads only files there: remove it and run `go mod vendor`", name, kindOf(fi.Mode()))
+		if err := tw.WriteHeader(hdr); err != nil || hdr.Typeflag != tar.TypeReg {
+			return err
 		}
-		if err != nil {
-			return "", "", false, err
-		}
+		return copyUnchanged(tw, e.path, e.fi)
+	}
+	stamps := newVendorStamp()
+	if err := eachVendorEntry(root, files, stamps.add, write); err != nil {
+		return "", "", false, err
 	}
 	if err := tw.Close(); err != nil {
 		return "", "", false, err
@@ -277,26 +355,17 @@ func writeVendorTar(root string, files []string, dest string, trusted time.Time)
 	}
 	d := digest.Sum(nil)
 	// BuildKit resends a file whose size or modification time changed: one
-	// taken from the content differs between any two archives.
-	mtime := time.Unix(1<<30+int64(binary.BigEndian.Uint32(d[:4])), int64(binary.BigEndian.Uint32(d[4:8])%1e9))
+	// taken from the content differs between any two archives. Before 2038,
+	// which some file systems cannot store.
+	mtime := time.Unix(1<<30+int64(binary.BigEndian.Uint32(d[:4])>>3), int64(binary.BigEndian.Uint32(d[4:8])%1e9))
 	if err := os.Chtimes(dest, mtime, mtime); err != nil {
 		return "", "", false, err
 	}
-	return hex.EncodeToString(stamps.Sum(nil)), hex.EncodeToString(d), racy, nil
-}
-
-func linkHeader(header func(*tar.Header) error, root, rel string) error {
-	target, err := os.Readlink(filepath.Join(root, golang.VendorDir, filepath.FromSlash(rel)))
-	if err != nil {
-		return err
-	}
-	return header(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: target, Mode: 0o777})
+	return stamps.sum(), hex.EncodeToString(d), racy, nil
 }
 
 func kindOf(m fs.FileMode) string {
 	switch {
-	case m.IsDir():
-		return "folder"
 	case m&fs.ModeNamedPipe != 0:
 		return "named pipe"
 	case m&fs.ModeSocket != 0:
@@ -316,6 +385,9 @@ func copyUnchanged(w io.Writer, path string, fi os.FileInfo) error {
 	}
 	defer f.Close()
 	_, err = io.CopyN(w, f, fi.Size())
+	if err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
 	after, statErr := f.Stat()
 	if err != nil || statErr != nil || !bytes.Equal(statBytes(after), statBytes(fi)) {
 		return fmt.Errorf("%s changed while kiln archived it: run the build again", path)
@@ -323,28 +395,33 @@ func copyUnchanged(w io.Writer, path string, fi os.FileInfo) error {
 	return nil
 }
 
-// removeUnusedVendorArchives removes, past vendorGrace, the archives of
-// base that no record names and partial ones, and the folders of
-// repositories that are gone (a benchmark's copies, deleted checkouts).
+// removeUnusedVendorArchives removes the records of base no build used for
+// vendorRecordLife; past vendorGrace, the archives no record names and
+// partial ones; and the folders of repositories that are gone (a
+// benchmark's copies, deleted checkouts).
 func removeUnusedVendorArchives(parent, base, keep string) {
-	old := func(path string) bool {
+	unused := func(path string, life time.Duration) bool {
 		fi, err := os.Stat(path)
-		return err == nil && time.Since(fi.ModTime()) > vendorGrace
+		return err == nil && time.Since(fi.ModTime()) > life
 	}
 	named := map[string]bool{keep: true}
 	entries, _ := os.ReadDir(base)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "set-") {
-			if data, err := os.ReadFile(filepath.Join(base, e.Name())); err == nil {
-				if _, archive, ok := strings.Cut(string(data), " "); ok {
-					named[filepath.Join(base, archive)] = true
-				}
+		record := filepath.Join(base, e.Name())
+		if !strings.HasPrefix(e.Name(), "set-") {
+			continue
+		}
+		if unused(record, vendorRecordLife) {
+			os.Remove(record)
+		} else if data, err := os.ReadFile(record); err == nil {
+			if _, archive, ok := strings.Cut(string(data), " "); ok {
+				named[filepath.Join(base, archive)] = true
 			}
 		}
 	}
 	for _, e := range entries {
 		path := filepath.Join(base, e.Name())
-		if e.IsDir() && !named[path] && old(path) {
+		if e.IsDir() && !named[path] && unused(path, vendorGrace) {
 			os.RemoveAll(path)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -147,6 +148,48 @@ func TestVendorArchive(t *testing.T) {
 	}
 	if _, ok := got["example.com/greet-x/b.go"]; ok {
 		t.Errorf("a file below a linked folder was archived: %v", got)
+	}
+	// A link pointed elsewhere is a new archive, though the files it
+	// reaches stat the same.
+	link := filepath.Join(rootA, "vendor/example.com/greet-x")
+	if err := os.Remove(link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../elsewhere/.", link); err != nil {
+		t.Fatal(err)
+	}
+	dirRelinked, err := vendorArchive(ctx, rootA, listed, cache, now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dirRelinked == dirLinked {
+		t.Errorf("a re-pointed link kept the archive of the old one")
+	}
+
+	// The session serves the archive it opened, though another kiln removes
+	// its folder; it is sent as one file, dated before 2038.
+	src := &vendorSource{root: rootA, files: listed, cache: cache, began: &noopStart{}}
+	defer src.Close()
+	var walked []string
+	if err := src.Walk(ctx, "/", func(p string, d fs.DirEntry, err error) error {
+		walked = append(walked, p)
+		if info, _ := d.Info(); info.ModTime().Year() >= 2038 {
+			t.Errorf("the archive is dated %v, which some file systems cannot store", info.ModTime())
+		}
+		return err
+	}); err != nil || !slices.Equal(walked, []string{golang.VendorTar}) {
+		t.Fatalf("the vendor source walked %v, %v; want the archive alone", walked, err)
+	}
+	if err := os.RemoveAll(dirRelinked); err != nil {
+		t.Fatal(err)
+	}
+	r, err := src.Open(golang.VendorTar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, _ := io.ReadAll(r)
+	if _, ok := tarFiles(t, served)["example.com/gone.go"]; !ok {
+		t.Errorf("the archive served after its folder went is not the one opened (%d bytes)", len(served))
 	}
 
 	// The archives of a repository that is gone go with the next one made.
