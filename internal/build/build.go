@@ -629,7 +629,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		for j, r := range outcome.Results {
 			i := solved[j]
 			out.Images[i].Digest, out.Images[i].Path = r.Digest, r.Dest
-			s.sawOutputs(done.set("image "+s.Plan.Images[i].Name, keys[i], r.Digest, []string{r.Dest}))
+			s.sawOutputs(done.set("image "+s.Plan.Images[i].Name, s.recordable(keys[i]), r.Digest, []string{r.Dest}))
 		}
 		if err := done.write(); err != nil {
 			return nil, err
@@ -660,6 +660,16 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		}
 	}
 	return out, nil
+}
+
+// recordable is the key to record outputs under: one no build matches when
+// a vendored file changed so lately that the build may not have built what
+// the key names. The record stays, for how the files were written.
+func (s *Session) recordable(key string) string {
+	if s.vendor.changedLately() {
+		return "unconfirmed " + key
+	}
+	return key
 }
 
 // mayReuse says whether outputs written by an earlier build with the same
@@ -762,7 +772,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if out.Steps, out.Sent, err = s.ExportFiles(ctx, "binaries", files, dest, done.records["binaries"].Files); err != nil {
 		return nil, err
 	}
-	s.sawOutputs(done.set("binaries", key, "", written))
+	s.sawOutputs(done.set("binaries", s.recordable(key), "", written))
 	if err := done.write(); err != nil {
 		return nil, err
 	}

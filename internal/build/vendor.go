@@ -39,6 +39,11 @@ type vendorSource struct {
 
 	once sync.Once
 	err  error
+	// racy is set when a file changed so recently that its stat may hide
+	// a change during the build (say, an edit and its revert after the
+	// build read its inputs): the build's outputs are not recorded as
+	// up to date, so the next build asks BuildKit again.
+	racy bool
 	// file is the archive, open: a later removal of its folder (by another
 	// kiln's clean-up) cannot take it from this session's solves.
 	file *os.File
@@ -49,7 +54,7 @@ func (v *vendorSource) ready(ctx context.Context) error {
 	v.once.Do(func() {
 		for attempt := 0; ; attempt++ {
 			var dir string
-			if dir, v.err = vendorArchive(ctx, v.root, v.files, v.cache, *v.began); v.err != nil {
+			if dir, v.racy, v.err = vendorArchive(ctx, v.root, v.files, v.cache, *v.began); v.err != nil {
 				return
 			}
 			path := filepath.Join(dir, golang.VendorTar)
@@ -93,6 +98,10 @@ func (v *vendorSource) Open(p string) (io.ReadCloser, error) {
 	return io.NopCloser(io.NewSectionReader(v.file, 0, v.stat.Size)), nil
 }
 
+// changedLately says whether the archive holds a file changed too recently
+// for its outputs to be recorded as up to date (see racy).
+func (v *vendorSource) changedLately() bool { return v != nil && v.err == nil && v.racy }
+
 // Close closes the archive, if it was opened.
 func (v *vendorSource) Close() {
 	if v.file != nil {
@@ -122,35 +131,35 @@ const vendorRecordLife = 14 * 24 * time.Hour
 // A stat changed less than racyWindow before the build began is not
 // recorded, since a second change within the file system's clock tick
 // could keep it; the next build archives again.
-func vendorArchive(ctx context.Context, root string, files []string, cache string, began noopStart) (string, error) {
+func vendorArchive(ctx context.Context, root string, files []string, cache string, began noopStart) (dir string, racy bool, err error) {
 	base := filepath.Join(cache, "vendor", shortDigest(root))
 	record := filepath.Join(base, "set-"+shortDigest(strings.Join(files, "\x00")))
 	stamps := newVendorStamp()
-	if err := eachVendorEntry(root, files, stamps.add, nil); err != nil {
-		return "", fmt.Errorf("read %s: %w", filepath.Join(root, golang.VendorDir), err)
+	if err = eachVendorEntry(root, files, stamps.add, nil); err != nil {
+		return "", false, fmt.Errorf("read %s: %w", filepath.Join(root, golang.VendorDir), err)
 	}
 	stamp := stamps.sum()
 	if data, err := os.ReadFile(record); err == nil {
 		if was, archive, ok := strings.Cut(string(data), " "); ok && was == stamp && fs.ValidPath(archive) {
-			dir := filepath.Join(base, archive)
+			dir = filepath.Join(base, archive)
 			if _, err := os.Stat(filepath.Join(dir, golang.VendorTar)); err == nil {
 				// Used now: the clean-up goes by these times.
 				now := time.Now()
 				os.Chtimes(dir, now, now)
 				os.Chtimes(record, now, now)
-				return dir, nil
+				return dir, false, nil
 			}
 		}
 	}
 	if err := os.MkdirAll(base, 0o755); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if _, err := os.Stat(filepath.Join(base, "root")); err != nil {
 		if err := buildkit.WriteAtomic(filepath.Join(base, "root"), func(w io.Writer) error {
 			_, err := io.WriteString(w, root)
 			return err
 		}); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
 	start := time.Now()
@@ -160,18 +169,18 @@ func vendorArchive(ctx context.Context, root string, files []string, cache strin
 	}
 	tmp, err := os.MkdirTemp(base, ".tmp-")
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
 	defer os.RemoveAll(tmp)
 	archived, sum, racy, err := writeVendorTar(root, files, filepath.Join(tmp, golang.VendorTar), at.Add(-racyWindow))
 	if err != nil {
-		return "", fmt.Errorf("archive %s for BuildKit: %w", filepath.Join(root, golang.VendorDir), err)
+		return "", false, fmt.Errorf("archive %s for BuildKit: %w", filepath.Join(root, golang.VendorDir), err)
 	}
-	dir := filepath.Join(base, sum)
+	dir = filepath.Join(base, sum)
 	if err := os.Rename(tmp, dir); err != nil {
 		// The same archive is there already.
 		if _, statErr := os.Stat(filepath.Join(dir, golang.VendorTar)); statErr != nil {
-			return "", err
+			return "", false, err
 		}
 		os.Chtimes(dir, start, start)
 	}
@@ -180,12 +189,12 @@ func vendorArchive(ctx context.Context, root string, files []string, cache strin
 			_, err := io.WriteString(w, archived+" "+sum)
 			return err
 		}); err != nil {
-			return "", err
+			return "", false, err
 		}
 	}
 	log.G(ctx).Debugf("archived %d vendored files for BuildKit in %s", len(files), time.Since(start).Round(time.Millisecond))
 	removeUnusedVendorArchives(filepath.Dir(base), base, dir)
-	return dir, nil
+	return dir, racy, nil
 }
 
 func shortDigest(s string) string {
