@@ -328,9 +328,6 @@ func (g *Graph) UseVendorArchive() ([]string, error) {
 	return files, nil
 }
 
-// UsesVendorArchive says whether the go steps read vendor/ from the archive.
-func (g *Graph) UsesVendorArchive() bool { return g.vendorArchive != nil }
-
 // VendorFiles are the files of vendor/ that any binary of the plan reads,
 // in walk order: one archive serves every go step. A file .dockerignore
 // excludes is an error, since go would not find it.
