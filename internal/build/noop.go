@@ -232,8 +232,12 @@ func statPath(path string) (pathStat, bool) {
 	if err != nil {
 		return pathStat{Size: -1}, true
 	}
-	st := pathStat{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}
-	var ok bool
+	return statOf(fi)
+}
+
+// statOf is fi's pathStat; ok as for statPath.
+func statOf(fi os.FileInfo) (st pathStat, ok bool) {
+	st = pathStat{Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}
 	st.Change, st.Inode, ok = changeTime(fi)
 	return st, ok
 }

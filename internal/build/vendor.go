@@ -2,7 +2,6 @@ package build
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -111,7 +110,7 @@ func (v *vendorSource) Close() {
 
 // vendorFormat names the archive's layout: a change to it must not reuse
 // an archive written before.
-const vendorFormat = "kiln vendor archive 2\n"
+const vendorFormat = "kiln vendor archive 3\n"
 
 // vendorGrace is how long an archive no record names, or a partial one,
 // is left for a build that may still be sending it; a variable for tests.
@@ -296,7 +295,7 @@ func (v *vendorStamp) add(e vendorEntry) error {
 	case strings.HasSuffix(e.name, "/"):
 		fmt.Fprint(v.h, uint32(e.fi.Mode().Type()))
 	default:
-		v.h.Write(statBytes(e.fi))
+		fmt.Fprintf(v.h, "%+v", statForStamp(e.fi))
 	}
 	v.h.Write([]byte{0})
 	return nil
@@ -304,15 +303,15 @@ func (v *vendorStamp) add(e vendorEntry) error {
 
 func (v *vendorStamp) sum() string { return hex.EncodeToString(v.h.Sum(nil)) }
 
-func statBytes(fi os.FileInfo) []byte {
-	ctime, ino, _ := changeTime(fi)
-	b := make([]byte, 40)
-	binary.LittleEndian.PutUint64(b[0:], uint64(fi.Mode()))
-	binary.LittleEndian.PutUint64(b[8:], uint64(fi.Size()))
-	binary.LittleEndian.PutUint64(b[16:], uint64(fi.ModTime().UnixNano()))
-	binary.LittleEndian.PutUint64(b[24:], uint64(ctime))
-	binary.LittleEndian.PutUint64(b[32:], ino)
-	return b
+// vendorStat is what the stamp keeps of a file: its mode and pathStat.
+type vendorStat struct {
+	Mode fs.FileMode
+	pathStat
+}
+
+func statForStamp(fi os.FileInfo) vendorStat {
+	st, _ := statOf(fi)
+	return vendorStat{fi.Mode(), st}
 }
 
 // writeVendorTar writes the archive of files to dest. It returns the stamp
@@ -398,7 +397,7 @@ func copyUnchanged(w io.Writer, path string, fi os.FileInfo) error {
 		return err
 	}
 	after, statErr := f.Stat()
-	if err != nil || statErr != nil || !bytes.Equal(statBytes(after), statBytes(fi)) {
+	if err != nil || statErr != nil || statForStamp(after) != statForStamp(fi) {
 		return fmt.Errorf("%s changed while kiln archived it: run the build again", path)
 	}
 	return nil
