@@ -508,3 +508,62 @@ func identical(t *testing.T, kilnstep string) {
 		t.Errorf("the binaries differ (%d and %d bytes)", len(a), len(b))
 	}
 }
+
+// A build that keeps binaries has go work in KEEP, so that a relinked
+// binary is renamed into place rather than copied; a first build works in
+// the step's tmpfs. The work folder goes when go ends, and one that a
+// killed build left goes before the next starts.
+func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go build three times")
+	}
+	src, keep := t.TempDir(), t.TempDir()
+	seen := filepath.Join(t.TempDir(), "gotmpdir")
+	// go's stand-in says where go would work, and whether that folder is
+	// there, then runs go.
+	wrapper := filepath.Join(t.TempDir(), "go")
+	script := "#!/bin/sh\nif [ -n \"$GOTMPDIR\" ] && [ -d \"$GOTMPDIR\" ] && [ -z \"$(ls -A \"$GOTMPDIR\")\" ]; then echo \"$GOTMPDIR\" >" + seen + "; else echo \"${GOTMPDIR:-none}\" >" + seen + "; fi\nexec go \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(src)
+	t.Setenv("CGO_ENABLED", "0")
+	t.Setenv("GOFLAGS", "")
+	t.Setenv("GOTMPDIR", "")
+	build := func(main string) string {
+		t.Helper()
+		for name, data := range map[string]string{"go.mod": "module kept\n\ngo 1.26\n", "main.go": main} {
+			if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := gobuild(keep, t.TempDir(), []string{"kept"}, []string{wrapper, "build", "-trimpath", "-o", keep + "/", "."}); err != nil {
+			t.Fatal(err)
+		}
+		dt, err := os.ReadFile(seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(dt))
+	}
+	if got := build("package main\n\nfunc main() {}\n"); got != "none" {
+		t.Errorf("a first build worked in %s, want the step's tmpfs", got)
+	}
+	work := filepath.Join(keep, goWork)
+	if got := build("package main\n\nfunc main() { println(1) }\n"); got != work {
+		t.Errorf("a build with a kept binary worked in %s, want an empty %s", got, work)
+	}
+	if _, err := os.Stat(work); !os.IsNotExist(err) {
+		t.Errorf("the work folder is left after the build: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(work, "b001"), 0o755); err != nil { // a killed build's
+		t.Fatal(err)
+	}
+	if got := build("package main\n\nfunc main() { println(2) }\n"); got != work {
+		t.Errorf("after a killed build's work folder, go worked in %s, want an empty %s", got, work)
+	}
+	out, err := exec.Command(filepath.Join(keep, "kept")).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "2" {
+		t.Errorf("the relinked binary printed %q (%v), want 2", out, err)
+	}
+}
