@@ -285,6 +285,7 @@ func firstOf(flag, configured string) string {
 // specs), then contacts BuildKit, learns the worker's platform, resolves the
 // plan once for it and fetches the toolchain.
 func Start(ctx context.Context, opts Options) (*Session, error) {
+	began := sessionStart(opts) // Binaries and Images set their own, taken earlier
 	mode, err := opts.progress()
 	if err != nil {
 		return nil, err
@@ -350,6 +351,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		d.Close()
 		return nil, err
 	}
+	s.began = began
 	s.mode, s.out = mode, opts.ProgressOut
 	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
 	s.sideEffects = len(cacheTo) > 0 || len(cacheFrom) > 0 || goCacheTo != "" || goCacheFrom != ""

@@ -117,11 +117,27 @@ func startNoop(opts Options, kind string) noopStart {
 	if err := os.Remove(place.path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return noopStart{}
 	}
+	return fileSystemClock(filepath.Dir(place.path))
+}
+
+// sessionStart is when a session that records no no-op (size, a release,
+// verify:repro) began, by the same clock as startNoop's: the vendor
+// archive's racy window goes by it.
+func sessionStart(opts Options) noopStart {
+	place, ok := noopPlaceOf(opts, "session")
+	if !ok {
+		return noopStart{at: time.Now(), ok: true}
+	}
+	return fileSystemClock(filepath.Dir(place.path))
+}
+
+// fileSystemClock is now, by the clock of the file system dir is on when
+// that is behind the host's: a file written where the outputs go tells
+// it. A first build, which has no folder there yet, creates none (a failed
+// build leaves nothing) and goes by the host's.
+func fileSystemClock(dir string) noopStart {
 	at := time.Now()
-	// A file written where the outputs go tells the file system's time; a
-	// first build, which has no folder there yet, creates none (a failed
-	// build leaves nothing) and goes by the host's.
-	clock, err := os.CreateTemp(filepath.Dir(place.path), ".no-op-clock-*")
+	clock, err := os.CreateTemp(dir, ".no-op-clock-*")
 	if err != nil {
 		return noopStart{at: at, ok: true}
 	}

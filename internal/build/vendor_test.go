@@ -243,3 +243,33 @@ func archiveOf(ctx context.Context, root string, files []string, cache string, b
 	dir, _, err := vendorArchive(ctx, root, files, cache, began)
 	return dir, err
 }
+
+// Every session reads the racy window's clock where its outputs go, sizes
+// and releases too: a file written there tells the file system's time,
+// and is gone after. With no such folder yet, the host's clock serves.
+func TestSessionsReadTheFileSystemClock(t *testing.T) {
+	module := t.TempDir()
+	opts := Options{Module: module}
+	place, ok := noopPlaceOf(opts, "session")
+	if !ok {
+		t.Fatal("no place for the clock")
+	}
+	dir := filepath.Dir(place.path)
+	before := time.Now()
+	if got := sessionStart(opts); !got.ok || got.at.Before(before) {
+		t.Errorf("with no outputs folder: %+v, want the host's clock after %v", got, before)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("reading the clock made %s: %v", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got := sessionStart(opts)
+	if !got.ok || got.at.After(time.Now()) || got.at.Before(before.Add(-time.Second)) {
+		t.Errorf("with an outputs folder: %+v, want a time between %v and now", got, before)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the clock's file is left in %s: %v", dir, entries)
+	}
+}
