@@ -254,8 +254,13 @@ type Session struct {
 	// it records no no-op.
 	sideEffects bool
 	// began is when the build began by the clock of the file system it
-	// reads, for what it records of its inputs' stats.
+	// reads, for the no-op record of its inputs' stats; unset when none
+	// may be recorded.
 	began noopStart
+	// clock is when the session began by that clock, for every session:
+	// the vendor archive's racy window and the source digests' record go
+	// by it.
+	clock noopStart
 	// hashes are the source digests inputs read.
 	hashes *sourceHashes
 	// vendor is the vendor archive's local source, when the go steps read
@@ -285,7 +290,12 @@ func firstOf(flag, configured string) string {
 // specs), then contacts BuildKit, learns the worker's platform, resolves the
 // plan once for it and fetches the toolchain.
 func Start(ctx context.Context, opts Options) (*Session, error) {
-	began := sessionStart(opts) // Binaries and Images set their own, taken earlier
+	return startAt(ctx, opts, sessionStart(opts))
+}
+
+// startAt is Start for a session that began at clock, by the file system's
+// clock: Binaries and Images read it before Start.
+func startAt(ctx context.Context, opts Options, clock noopStart) (*Session, error) {
 	mode, err := opts.progress()
 	if err != nil {
 		return nil, err
@@ -351,7 +361,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		d.Close()
 		return nil, err
 	}
-	s.began = began
+	s.clock = clock
 	s.mode, s.out = mode, opts.ProgressOut
 	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
 	s.sideEffects = len(cacheTo) > 0 || len(cacheFrom) > 0 || goCacheTo != "" || goCacheFrom != ""
@@ -430,7 +440,7 @@ func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, 
 		if err != nil {
 			return nil, err
 		}
-		s.vendor = &vendorSource{root: p.Root, files: files, cache: cache, began: &s.began}
+		s.vendor = &vendorSource{root: p.Root, files: files, cache: cache, began: &s.clock}
 	}
 	return s, nil
 }
@@ -559,7 +569,11 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 		return r.images(opts, dir)
 	}
 	began := startNoop(opts, "images")
-	s, err := Start(ctx, opts)
+	clock := began
+	if !clock.ok {
+		clock = sessionStart(opts)
+	}
+	s, err := startAt(ctx, opts, clock)
 	if err != nil {
 		return nil, err
 	}
@@ -689,7 +703,7 @@ func (s *Session) inputs(outDir string) (explain.Inputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.hashes = loadSourceHashes(outDir, s.Plan.Root, s.began)
+	s.hashes = loadSourceHashes(outDir, s.Plan.Root, s.clock)
 	return explain.Collect(s.Plan, defs, s.hashes.hash)
 }
 
@@ -732,7 +746,11 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		return &BinariesOutcome{Dir: r.Dir, Kept: true, Steps: r.steps()}, nil
 	}
 	began := startNoop(opts, "binaries")
-	s, err := Start(ctx, opts)
+	clock := began
+	if !clock.ok {
+		clock = sessionStart(opts)
+	}
+	s, err := startAt(ctx, opts, clock)
 	if err != nil {
 		return nil, err
 	}

@@ -120,9 +120,10 @@ func startNoop(opts Options, kind string) noopStart {
 	return fileSystemClock(filepath.Dir(place.path))
 }
 
-// sessionStart is when a session that records no no-op (size, a release,
-// verify:repro) began, by the same clock as startNoop's: the vendor
-// archive's racy window goes by it.
+// sessionStart is when a session began, by the same clock as startNoop's,
+// for a session that records no no-op (size, a release, verify:repro) or
+// whose record could not be dropped: the vendor archive's racy window and
+// the source digests' record go by it.
 func sessionStart(opts Options) noopStart {
 	place, ok := noopPlaceOf(opts, "session")
 	if !ok {
@@ -130,6 +131,9 @@ func sessionStart(opts Options) noopStart {
 	}
 	return fileSystemClock(filepath.Dir(place.path))
 }
+
+// statClock stats the clock's file (a test stands in a lagging clock).
+var statClock = (*os.File).Stat
 
 // fileSystemClock is now, by the clock of the file system dir is on when
 // that is behind the host's: a file written where the outputs go tells
@@ -141,7 +145,7 @@ func fileSystemClock(dir string) noopStart {
 	if err != nil {
 		return noopStart{at: at, ok: true}
 	}
-	fi, err := clock.Stat()
+	fi, err := statClock(clock)
 	clock.Close()
 	os.Remove(clock.Name())
 	if err != nil {

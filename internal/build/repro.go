@@ -24,7 +24,8 @@ type ReproOutcome struct {
 
 // Repro builds every image twice, the second time in isolation (every step
 // re-run, an empty Go build cache), and compares the two down to files and
-// ELF sections. Nothing is written under _output.
+// ELF sections. Nothing is left under _output (the session reads the file
+// system's clock there with a file it removes at once).
 func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 	s, err := Start(ctx, opts)
 	if err != nil {
@@ -88,7 +89,7 @@ func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	id := buildkit.IsolatedCachePrefix + hex.EncodeToString(suffix)
 	plan := *s.Plan
 	plan.Cache.GoCache = id
-	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach}
+	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach, clock: s.clock}
 	if s.vendor != nil {
 		// The same files as the first build's: an error there is one here.
 		if _, err := iso.Golang.UseVendorArchive(); err != nil {

@@ -245,8 +245,9 @@ func archiveOf(ctx context.Context, root string, files []string, cache string, b
 }
 
 // Every session reads the racy window's clock where its outputs go, sizes
-// and releases too: a file written there tells the file system's time,
-// and is gone after. With no such folder yet, the host's clock serves.
+// and releases too: a file written there tells the file system's time, and
+// is gone after. A file system whose clock lags the host's sets the time;
+// with no such folder yet, the host's clock serves.
 func TestSessionsReadTheFileSystemClock(t *testing.T) {
 	module := t.TempDir()
 	opts := Options{Module: module}
@@ -265,11 +266,25 @@ func TestSessionsReadTheFileSystemClock(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got := sessionStart(opts)
-	if !got.ok || got.at.After(time.Now()) || got.at.Before(before.Add(-time.Second)) {
-		t.Errorf("with an outputs folder: %+v, want a time between %v and now", got, before)
+	lag := time.Now().Add(-time.Hour).Truncate(time.Second)
+	statClock = func(f *os.File) (fs.FileInfo, error) {
+		fi, err := f.Stat()
+		return laggingInfo{fi, lag}, err
+	}
+	t.Cleanup(func() { statClock = (*os.File).Stat })
+	if got := sessionStart(opts); !got.ok || !got.at.Equal(lag) {
+		t.Errorf("on a file system an hour behind: %+v, want %v", got, lag)
 	}
 	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
 		t.Errorf("the clock's file is left in %s: %v", dir, entries)
 	}
 }
+
+// laggingInfo is a file's stat with the modification time of a file system
+// whose clock is behind.
+type laggingInfo struct {
+	fs.FileInfo
+	mod time.Time
+}
+
+func (i laggingInfo) ModTime() time.Time { return i.mod }

@@ -537,10 +537,10 @@ func runWithout(dir string, names []string) error {
 // binaries to OUT: NAME to OUT/NAME, or NAME=PATH to OUT/PATH (a binary's
 // own output mount, laid out as it is exported). go skips the link of a
 // binary in KEEP whose build ID says it was linked from the same inputs,
-// so an edit relinks only the binaries it reaches. go writes over a binary
-// in place, so one that a killed step left half-written could carry the
-// right build ID: a binary is kept only as gobuild recorded it after a go
-// build that succeeded.
+// so an edit relinks only the binaries it reaches. Where go cannot rename a
+// binary into KEEP it copies over it in place, so one that a killed step
+// left half-written could carry the right build ID: a binary is kept only
+// as gobuild recorded it after a go build that succeeded.
 func gobuild(keep, out string, names, goArgs []string) error {
 	var kept map[string]keptFile
 	if dt, err := os.ReadFile(filepath.Join(keep, keptRecord)); err == nil {
@@ -550,12 +550,14 @@ func gobuild(keep, out string, names, goArgs []string) error {
 	if err != nil {
 		return err
 	}
+	survivors := 0
 	for _, e := range entries {
 		if e.Name() == keptRecord {
 			continue
 		}
 		info, err := e.Info()
 		if k, ok := kept[e.Name()]; err == nil && ok && info.Mode().IsRegular() && info.Size() == k.Size && info.ModTime().UnixNano() == k.ModTime {
+			survivors++
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(keep, e.Name())); err != nil {
@@ -566,14 +568,15 @@ func gobuild(keep, out string, names, goArgs []string) error {
 	// rewritten: their size or mtime no longer match, so they are not kept.
 	cmd := exec.Command(goArgs[0], goArgs[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if len(kept) > 0 && os.Getenv("GOTMPDIR") == "" {
+	if survivors > 0 && os.Getenv("GOTMPDIR") == "" {
 		// go links into its work folder, then renames the binary into
 		// KEEP, or copies it where rename cannot cross mounts (the step's
 		// /tmp is a tmpfs): 57 MB copied on every relink of a large binary,
 		// and the copy to OUT then read it back (0.24 s against 0.03 s).
-		// A build that keeps binaries compiles few packages, so their
-		// objects may go to disk too; a first build compiles thousands, and
-		// they stay in memory.
+		// A build after one that kept binaries mostly finds its packages in
+		// GOCACHE; when it does not (a pruned cache, a new toolchain), the
+		// objects it compiles go to disk rather than memory until go ends:
+		// slower, the same bytes. A first build keeps them in the tmpfs.
 		work := filepath.Join(keep, goWork)
 		if err := os.Mkdir(work, 0o700); err != nil {
 			return err
@@ -584,8 +587,9 @@ func gobuild(keep, out string, names, goArgs []string) error {
 	if err := cmd.Run(); err != nil {
 		return err
 	}
-	// The binaries are copied side by side: the copies are page-cache work
-	// the kernel does on the CPU that asks, and go has left both idle.
+	// The binaries are copied side by side (a step builds a few): the
+	// copies are page-cache work the kernel does on the CPU that asks, and
+	// this go build no longer uses any.
 	results := make([]keptFile, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
@@ -597,8 +601,10 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return err
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("export %s: %w", names[i], err)
+		}
 	}
 	next := map[string]keptFile{}
 	for i, entry := range names {

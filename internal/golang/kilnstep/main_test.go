@@ -518,11 +518,19 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 		t.Skip("runs go build three times")
 	}
 	src, keep := t.TempDir(), t.TempDir()
-	seen := filepath.Join(t.TempDir(), "gotmpdir")
+	logs := t.TempDir()
+	seen, trace := filepath.Join(logs, "gotmpdir"), filepath.Join(logs, "trace")
+	// As in a step, go's temporary folder is on another file system than
+	// KEEP, where one is at hand: a rename cannot cross, so go copies.
+	var keepStat, shmStat syscall.Stat_t
+	crossing := syscall.Stat(keep, &keepStat) == nil && syscall.Stat("/dev/shm", &shmStat) == nil && keepStat.Dev != shmStat.Dev
+	if crossing {
+		t.Setenv("TMPDIR", "/dev/shm")
+	}
 	// go's stand-in says where go would work, and whether that folder is
-	// there, then runs go.
-	wrapper := filepath.Join(t.TempDir(), "go")
-	script := "#!/bin/sh\nif [ -n \"$GOTMPDIR\" ] && [ -d \"$GOTMPDIR\" ] && [ -z \"$(ls -A \"$GOTMPDIR\")\" ]; then echo \"$GOTMPDIR\" >" + seen + "; else echo \"${GOTMPDIR:-none}\" >" + seen + "; fi\nexec go \"$@\"\n"
+	// there and empty, then runs go, which says what it ran (-x).
+	wrapper := filepath.Join(logs, "go")
+	script := "#!/bin/sh\nif [ -n \"$GOTMPDIR\" ] && [ -d \"$GOTMPDIR\" ] && [ -z \"$(ls -A \"$GOTMPDIR\")\" ]; then echo \"$GOTMPDIR\" >" + seen + "; else echo \"${GOTMPDIR:-none}\" >" + seen + "; fi\nexec go \"$@\" 2>" + trace + "\n"
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -530,28 +538,40 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	t.Setenv("CGO_ENABLED", "0")
 	t.Setenv("GOFLAGS", "")
 	t.Setenv("GOTMPDIR", "")
-	build := func(main string) string {
+	// build says where go worked and how the binary reached KEEP: "mv" or
+	// "cp".
+	build := func(main string) (string, string) {
 		t.Helper()
 		for name, data := range map[string]string{"go.mod": "module kept\n\ngo 1.26\n", "main.go": main} {
 			if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := gobuild(keep, t.TempDir(), []string{"kept"}, []string{wrapper, "build", "-trimpath", "-o", keep + "/", "."}); err != nil {
+		if err := gobuild(keep, t.TempDir(), []string{"kept"}, []string{wrapper, "build", "-x", "-trimpath", "-o", keep + "/", "."}); err != nil {
 			t.Fatal(err)
 		}
 		dt, err := os.ReadFile(seen)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return strings.TrimSpace(string(dt))
-	}
-	if got := build("package main\n\nfunc main() {}\n"); got != "none" {
-		t.Errorf("a first build worked in %s, want the step's tmpfs", got)
+		x, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved := ""
+		for _, line := range strings.Split(string(x), "\n") {
+			if f := strings.Fields(line); len(f) == 3 && (f[0] == "mv" || f[0] == "cp") && strings.HasSuffix(f[1], "/exe/a.out") && f[2] == filepath.Join(keep, "kept") {
+				moved = f[0]
+			}
+		}
+		return strings.TrimSpace(string(dt)), moved
 	}
 	work := filepath.Join(keep, goWork)
-	if got := build("package main\n\nfunc main() { println(1) }\n"); got != work {
-		t.Errorf("a build with a kept binary worked in %s, want an empty %s", got, work)
+	if got, moved := build("package main\n\nfunc main() {}\n"); got != "none" || crossing && moved != "cp" {
+		t.Errorf("a first build worked in %s and its binary reached KEEP by %q, want the step's tmpfs (and cp across file systems)", got, moved)
+	}
+	if got, moved := build("package main\n\nfunc main() { println(1) }\n"); got != work || moved != "mv" {
+		t.Errorf("a build with a kept binary worked in %s and its binary reached KEEP by %q, want an empty %s and mv", got, moved, work)
 	}
 	if _, err := os.Stat(work); !os.IsNotExist(err) {
 		t.Errorf("the work folder is left after the build: %v", err)
@@ -559,8 +579,11 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(work, "b001"), 0o755); err != nil { // a killed build's
 		t.Fatal(err)
 	}
-	if got := build("package main\n\nfunc main() { println(2) }\n"); got != work {
-		t.Errorf("after a killed build's work folder, go worked in %s, want an empty %s", got, work)
+	if got, moved := build("package main\n\nfunc main() { println(2) }\n"); got != work || moved != "mv" {
+		t.Errorf("after a killed build's work folder, go worked in %s and its binary reached KEEP by %q, want an empty %s and mv", got, moved, work)
+	}
+	if dt, _ := os.ReadFile(filepath.Join(keep, keptRecord)); strings.Contains(string(dt), goWork) {
+		t.Errorf("the kept record names the work folder: %s", dt)
 	}
 	out, err := exec.Command(filepath.Join(keep, "kept")).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "2" {
