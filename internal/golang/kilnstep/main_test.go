@@ -509,13 +509,14 @@ func identical(t *testing.T, kilnstep string) {
 	}
 }
 
-// A build that keeps binaries has go work in KEEP, so that a relinked
-// binary is renamed into place rather than copied; a first build works in
-// the step's tmpfs. The work folder goes when go ends, and one that a
+// A build that keeps binaries, with the go command of the last, has go
+// work in KEEP, so that a relinked binary is renamed into place rather
+// than copied; a first build, or one with other flags, works in the step's
+// tmpfs. The work folder goes when go ends, and one that a
 // killed build left goes before the next starts.
 func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	if testing.Short() {
-		t.Skip("runs go build three times")
+		t.Skip("runs go build five times")
 	}
 	src, keep := t.TempDir(), t.TempDir()
 	logs := t.TempDir()
@@ -540,14 +541,15 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	t.Setenv("GOTMPDIR", "")
 	// build says where go worked and how the binary reached KEEP: "mv" or
 	// "cp".
-	build := func(main string) (string, string) {
+	build := func(main string, flags ...string) (string, string) {
 		t.Helper()
 		for name, data := range map[string]string{"go.mod": "module kept\n\ngo 1.26\n", "main.go": main} {
 			if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := gobuild(keep, t.TempDir(), []string{"kept"}, []string{wrapper, "build", "-x", "-trimpath", "-o", keep + "/", "."}); err != nil {
+		args := append(append([]string{wrapper, "build", "-x", "-trimpath"}, flags...), "-o", keep+"/", ".")
+		if err := gobuild(keep, t.TempDir(), []string{"kept"}, args); err != nil {
 			t.Fatal(err)
 		}
 		dt, err := os.ReadFile(seen)
@@ -581,6 +583,13 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	}
 	if got, moved := build("package main\n\nfunc main() { println(2) }\n"); got != work || moved != "mv" {
 		t.Errorf("after a killed build's work folder, go worked in %s and its binary reached KEEP by %q, want an empty %s and mv", got, moved, work)
+	}
+	// Other flags may compile every package again: in the tmpfs.
+	if got, moved := build("package main\n\nfunc main() { println(3) }\n", "-ldflags=-s"); got != "none" || crossing && moved != "cp" {
+		t.Errorf("a build with other flags worked in %s and its binary reached KEEP by %q, want the step's tmpfs (and cp across file systems)", got, moved)
+	}
+	if got, moved := build("package main\n\nfunc main() { println(2) }\n", "-ldflags=-s"); got != work || moved != "mv" {
+		t.Errorf("the same flags again worked in %s and the binary reached KEEP by %q, want an empty %s and mv", got, moved, work)
 	}
 	if dt, _ := os.ReadFile(filepath.Join(keep, keptRecord)); strings.Contains(string(dt), goWork) {
 		t.Errorf("the kept record names the work folder: %s", dt)
