@@ -261,8 +261,10 @@ type Session struct {
 	// the vendor archive's racy window and the source digests' record go
 	// by it.
 	clock noopStart
-	// hashes are the source digests inputs read.
-	hashes *sourceHashes
+	// hashes are the source digests inputs read; loading is the last
+	// build's record of them, read while the plan resolves.
+	hashes  *sourceHashes
+	loading *pendingHashes
 	// vendor is the vendor archive's local source, when the go steps read
 	// one (golang.Graph.UseVendorArchive).
 	vendor *vendorSource
@@ -304,6 +306,7 @@ func startAt(ctx context.Context, opts Options, clock noopStart) (*Session, erro
 	if err != nil {
 		return nil, err
 	}
+	loading := loadSourceHashesAsync(opts.OutDirFor(req.root), req.root, clock)
 	cacheTo, err := buildkit.CacheEntries(opts.CacheTo, req.cfg.Cache.To, "-cacheto")
 	if err != nil {
 		return nil, err
@@ -361,7 +364,7 @@ func startAt(ctx context.Context, opts Options, clock noopStart) (*Session, erro
 		d.Close()
 		return nil, err
 	}
-	s.clock = clock
+	s.clock, s.loading = clock, loading
 	s.mode, s.out = mode, opts.ProgressOut
 	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
 	s.sideEffects = len(cacheTo) > 0 || len(cacheFrom) > 0 || goCacheTo != "" || goCacheFrom != ""
@@ -703,7 +706,13 @@ func (s *Session) inputs(outDir string) (explain.Inputs, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.hashes = loadSourceHashes(outDir, s.Plan.Root, s.clock)
+	s.hashes = s.loading.take(outDir, s.Plan.Root, s.clock)
+	var files []string
+	for _, b := range s.Plan.Binaries {
+		files = append(files, b.Files...)
+	}
+	slices.Sort(files)
+	s.hashes.prestat(slices.Compact(files))
 	return explain.Collect(s.Plan, defs, s.hashes.hash)
 }
 

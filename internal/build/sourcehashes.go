@@ -5,6 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
@@ -23,6 +26,9 @@ type sourceHashes struct {
 	path, root string
 	began      int64
 	was, now   map[string]hashedFile
+	// stats are the files' stats taken side by side before hashing: one at
+	// a time, a vendored tree's 5,600 took 16 ms.
+	stats map[string]pathStat
 }
 
 type hashedFile struct {
@@ -56,10 +62,63 @@ func loadSourceHashes(outDir, root string, began noopStart) *sourceHashes {
 	return h
 }
 
+// pendingHashes is a loadSourceHashes running for one output folder and
+// root, so that reading the record overlaps resolving the plan.
+type pendingHashes struct {
+	outDir, root string
+	done         chan *sourceHashes
+}
+
+func loadSourceHashesAsync(outDir, root string, began noopStart) *pendingHashes {
+	p := &pendingHashes{outDir: outDir, root: root, done: make(chan *sourceHashes, 1)}
+	go func() { p.done <- loadSourceHashes(outDir, root, began) }()
+	return p
+}
+
+// take is the record loaded for outDir and root: the pending one when it
+// was started for them, else one read now.
+func (p *pendingHashes) take(outDir, root string, began noopStart) *sourceHashes {
+	if p != nil && p.outDir == outDir && p.root == root {
+		if h, ok := <-p.done; ok {
+			close(p.done) // taken once; a second take reads anew
+			return h
+		}
+	}
+	return loadSourceHashes(outDir, root, began)
+}
+
+// prestat stats the files of the root that hash will be asked for, on
+// every CPU.
+func (h *sourceHashes) prestat(rels []string) {
+	stats := make([]pathStat, len(rels))
+	oks := make([]bool, len(rels))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(rels)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < len(rels); i = int(next.Add(1) - 1) {
+				stats[i], oks[i] = statPath(filepath.Join(h.root, rels[i]))
+			}
+		}()
+	}
+	wg.Wait()
+	h.stats = make(map[string]pathStat, len(rels))
+	for i, rel := range rels {
+		if oks[i] {
+			h.stats[rel] = stats[i]
+		}
+	}
+}
+
 // hash is the digest explain records for a file of the root.
 func (h *sourceHashes) hash(rel string) (string, error) {
 	path := filepath.Join(h.root, rel)
-	st, ok := statPath(path)
+	st, ok := h.stats[rel]
+	if !ok {
+		st, ok = statPath(path)
+	}
 	if was, seen := h.was[rel]; ok && seen && st.Size >= 0 && was.Stat == st {
 		h.now[rel] = was
 		return was.Hash, nil

@@ -44,7 +44,10 @@ func TestSourceHashesReadOnlyFilesWhoseStatChanged(t *testing.T) {
 		}
 	}
 	hashAll := func() map[string]string {
-		h := loadSourceHashes(out, root, noopStart{})
+		// As a session reads them: loaded beside the plan, stats taken
+		// side by side.
+		h := loadSourceHashesAsync(out, root, noopStart{}).take(out, root, noopStart{})
+		h.prestat([]string{"edited.go", "kept.go"})
 		got := map[string]string{}
 		for _, name := range []string{"kept.go", "edited.go"} {
 			d, err := h.hash(name)
@@ -83,5 +86,32 @@ func TestSourceHashesReadOnlyFilesWhoseStatChanged(t *testing.T) {
 	// Recorded within the racy window of kept.go's last change: not trusted.
 	if got := hashAll(); got["kept.go"] != explain.Digest([]byte("package a // kept\n")) {
 		t.Errorf("kept.go was answered from a racy record: %s", got["kept.go"])
+	}
+}
+
+// TestPendingSourceHashesServeTheirOwnFolder: a record loaded ahead for
+// one output folder is never handed to a session that writes another.
+func TestPendingSourceHashesServeTheirOwnFolder(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "a.go"), []byte("package a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	first, second := t.TempDir(), t.TempDir()
+	restore := TrustRecentInputs()
+	t.Cleanup(restore)
+	h := loadSourceHashes(first, root, noopStart{})
+	if _, err := h.hash("a.go"); err != nil {
+		t.Fatal(err)
+	}
+	h.save()
+	pending := loadSourceHashesAsync(first, root, noopStart{})
+	if got := pending.take(second, root, noopStart{}); len(got.was) != 0 || got.path != filepath.Join(second, explainDir, sourceHashesFile) {
+		t.Errorf("a session writing %s got the record of %s (%d files, %s)", second, first, len(got.was), got.path)
+	}
+	if got := pending.take(first, root, noopStart{}); len(got.was) != 1 {
+		t.Errorf("the record loaded ahead for %s holds %d files; want 1", first, len(got.was))
+	}
+	if got := pending.take(first, root, noopStart{}); len(got.was) != 1 {
+		t.Errorf("taken again, the record of %s holds %d files; want 1 (read anew)", first, len(got.was))
 	}
 }
