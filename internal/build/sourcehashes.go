@@ -28,7 +28,13 @@ type sourceHashes struct {
 	was, now   map[string]hashedFile
 	// stats are the files' stats taken side by side before hashing: one at
 	// a time, a vendored tree's 5,600 took 16 ms.
-	stats map[string]pathStat
+	stats map[string]statResult
+}
+
+// statResult is what statPath returned.
+type statResult struct {
+	st pathStat
+	ok bool
 }
 
 type hashedFile struct {
@@ -44,6 +50,12 @@ type sourceHashesRecord struct {
 // loadSourceHashes reads the last build's digests; began is when this build
 // began, by the clock of the file system when it could be read.
 func loadSourceHashes(outDir, root string, began noopStart) *sourceHashes {
+	return loadSourceHashesTrusting(outDir, root, began, racyWindow)
+}
+
+// loadSourceHashesTrusting is loadSourceHashes with the racy window read
+// by the caller (tests change it).
+func loadSourceHashesTrusting(outDir, root string, began noopStart, racyWindow time.Duration) *sourceHashes {
 	at := time.Now()
 	if began.ok {
 		at = began.at
@@ -71,7 +83,8 @@ type pendingHashes struct {
 
 func loadSourceHashesAsync(outDir, root string, began noopStart) *pendingHashes {
 	p := &pendingHashes{outDir: outDir, root: root, done: make(chan *sourceHashes, 1)}
-	go func() { p.done <- loadSourceHashes(outDir, root, began) }()
+	window := racyWindow
+	go func() { p.done <- loadSourceHashesTrusting(outDir, root, began, window) }()
 	return p
 }
 
@@ -90,8 +103,7 @@ func (p *pendingHashes) take(outDir, root string, began noopStart) *sourceHashes
 // prestat stats the files of the root that hash will be asked for, on
 // every CPU.
 func (h *sourceHashes) prestat(rels []string) {
-	stats := make([]pathStat, len(rels))
-	oks := make([]bool, len(rels))
+	stats := make([]statResult, len(rels))
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range min(runtime.GOMAXPROCS(0), len(rels)) {
@@ -99,24 +111,24 @@ func (h *sourceHashes) prestat(rels []string) {
 		go func() {
 			defer wg.Done()
 			for i := int(next.Add(1) - 1); i < len(rels); i = int(next.Add(1) - 1) {
-				stats[i], oks[i] = statPath(filepath.Join(h.root, rels[i]))
+				st, ok := statPath(filepath.Join(h.root, rels[i]))
+				stats[i] = statResult{st, ok}
 			}
 		}()
 	}
 	wg.Wait()
-	h.stats = make(map[string]pathStat, len(rels))
+	h.stats = make(map[string]statResult, len(rels))
 	for i, rel := range rels {
-		if oks[i] {
-			h.stats[rel] = stats[i]
-		}
+		h.stats[rel] = stats[i]
 	}
 }
 
 // hash is the digest explain records for a file of the root.
 func (h *sourceHashes) hash(rel string) (string, error) {
 	path := filepath.Join(h.root, rel)
-	st, ok := h.stats[rel]
-	if !ok {
+	pre, taken := h.stats[rel]
+	st, ok := pre.st, pre.ok
+	if !taken {
 		st, ok = statPath(path)
 	}
 	if was, seen := h.was[rel]; ok && seen && st.Size >= 0 && was.Stat == st {

@@ -48,6 +48,9 @@ func TestSourceHashesReadOnlyFilesWhoseStatChanged(t *testing.T) {
 		// side by side.
 		h := loadSourceHashesAsync(out, root, noopStart{}).take(out, root, noopStart{})
 		h.prestat([]string{"edited.go", "kept.go"})
+		if len(h.stats) != 2 {
+			t.Fatalf("prestat took %d stats of 2 files", len(h.stats))
+		}
 		got := map[string]string{}
 		for _, name := range []string{"kept.go", "edited.go"} {
 			d, err := h.hash(name)
@@ -108,10 +111,20 @@ func TestPendingSourceHashesServeTheirOwnFolder(t *testing.T) {
 	if got := pending.take(second, root, noopStart{}); len(got.was) != 0 || got.path != filepath.Join(second, explainDir, sourceHashesFile) {
 		t.Errorf("a session writing %s got the record of %s (%d files, %s)", second, first, len(got.was), got.path)
 	}
-	if got := pending.take(first, root, noopStart{}); len(got.was) != 1 {
+	got := pending.take(first, root, noopStart{})
+	if len(got.was) != 1 {
 		t.Errorf("the record loaded ahead for %s holds %d files; want 1", first, len(got.was))
 	}
-	if got := pending.take(first, root, noopStart{}); len(got.was) != 1 {
-		t.Errorf("taken again, the record of %s holds %d files; want 1 (read anew)", first, len(got.was))
+	if err := os.WriteFile(filepath.Join(root, "b.go"), []byte("package a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a.go", "b.go"} {
+		if _, err := got.hash(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got.save()
+	if again := pending.take(first, root, noopStart{}); len(again.was) != 2 {
+		t.Errorf("taken again, the record of %s holds %d files; want the 2 saved since (read anew)", first, len(again.was))
 	}
 }

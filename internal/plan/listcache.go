@@ -37,7 +37,7 @@ import (
 const racyWindow = 2 * time.Second
 
 // On disk it is a header line, a line per input, then the output as go
-// wrote it (see writeListRecord): quoted in JSON, a large tree's output took
+// wrote it (see encodeListRecord): quoted in JSON, a large tree's output took
 // longer to read than to check, and its 6,800 inputs as JSON took 19 ms.
 type listRecord struct {
 	Out        string
@@ -195,25 +195,27 @@ const listRecordHeader = "kiln list record 3"
 
 // encodeListRecord writes a record as
 //
-//	kiln list record 3 RECORDED-AT FILES DIRS
+//	kiln list record 3 RECORDED-AT FILES DIRS OUTPUT-BYTES
 //	f SIZE MODTIME HEAD PATH   (one per file)
 //	d LISTING PATH             (one per directory)
 //	OUTPUT
 //
-// with nothing quoted: a path holding a newline is not recorded (false).
+// with nothing quoted: fields are split at spaces and the path takes the
+// rest of its line, so a path holding a newline, or a digest holding a
+// space, is not recorded (false).
 func encodeListRecord(rec *listRecord) ([]byte, bool) {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "%s %d %d %d\n", listRecordHeader, rec.RecordedAt, len(rec.Files), len(rec.Dirs))
+	fmt.Fprintf(&b, "%s %d %d %d %d\n", listRecordHeader, rec.RecordedAt, len(rec.Files), len(rec.Dirs), len(rec.Out))
 	for _, f := range slices.Sorted(maps.Keys(rec.Files)) {
 		h := rec.Files[f]
-		if strings.ContainsAny(f, "\n") || strings.ContainsAny(h.Head, " \n") || h.Head == "" {
+		if strings.Contains(f, "\n") || strings.ContainsAny(h.Head, " \n") {
 			return nil, false
 		}
 		fmt.Fprintf(&b, "f %d %d %s %s\n", h.Size, h.ModTime, h.Head, f)
 	}
 	for _, d := range slices.Sorted(maps.Keys(rec.Dirs)) {
 		l := rec.Dirs[d]
-		if strings.ContainsAny(d, "\n") || strings.ContainsAny(l, " \n") || l == "" {
+		if strings.Contains(d, "\n") || strings.ContainsAny(l, " \n") {
 			return nil, false
 		}
 		fmt.Fprintf(&b, "d %s %s\n", l, d)
@@ -223,7 +225,7 @@ func encodeListRecord(rec *listRecord) ([]byte, bool) {
 }
 
 // decodeListRecord reads what encodeListRecord wrote; nil for anything else
-// (another format, a cut file).
+// (another format, a file cut short anywhere, the output included).
 func decodeListRecord(data []byte) *listRecord {
 	line := func() ([]byte, bool) {
 		l, rest, ok := bytes.Cut(data, []byte("\n"))
@@ -231,13 +233,26 @@ func decodeListRecord(data []byte) *listRecord {
 		return l, ok
 	}
 	header, ok := line()
-	var nFiles, nDirs int
-	rec := &listRecord{}
-	if n, err := fmt.Sscanf(string(header), listRecordHeader+" %d %d %d", &rec.RecordedAt, &nFiles, &nDirs); !ok || err != nil || n != 3 || nFiles < 0 || nDirs < 0 {
+	rest, isRecord := strings.CutPrefix(string(header), listRecordHeader+" ")
+	counts := strings.Split(rest, " ")
+	if !ok || !isRecord || len(counts) != 4 {
 		return nil
 	}
-	rec.Files, rec.Dirs = make(map[string]fileHead, nFiles), make(map[string]string, nDirs)
-	for range nFiles {
+	var n [4]int64
+	for i, c := range counts {
+		var err error
+		if n[i], err = strconv.ParseInt(c, 10, 64); err != nil || i > 0 && n[i] < 0 {
+			return nil
+		}
+	}
+	// Each input is a line at least: a count beyond the lines left is a
+	// damaged file, not a map to allocate.
+	lines := int64(bytes.Count(data, []byte("\n")))
+	if n[1]+n[2] > lines || n[1] > lines || n[2] > lines {
+		return nil
+	}
+	rec := &listRecord{RecordedAt: n[0], Files: make(map[string]fileHead, n[1]), Dirs: make(map[string]string, n[2])}
+	for range n[1] {
 		l, ok := line()
 		fields := strings.SplitN(string(l), " ", 5)
 		if !ok || len(fields) != 5 || fields[0] != "f" {
@@ -250,13 +265,16 @@ func decodeListRecord(data []byte) *listRecord {
 		}
 		rec.Files[fields[4]] = fileHead{Size: size, ModTime: mod, Head: fields[3]}
 	}
-	for range nDirs {
+	for range n[2] {
 		l, ok := line()
 		fields := strings.SplitN(string(l), " ", 3)
 		if !ok || len(fields) != 3 || fields[0] != "d" {
 			return nil
 		}
 		rec.Dirs[fields[2]] = fields[1]
+	}
+	if int64(len(data)) != n[3] {
+		return nil
 	}
 	rec.Out = string(data)
 	return rec

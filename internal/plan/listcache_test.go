@@ -1,7 +1,10 @@
 package plan
 
 import (
+	"bytes"
+	"maps"
 	"reflect"
+	"slices"
 	"testing"
 )
 
@@ -25,16 +28,33 @@ func TestListRecordsRoundTrip(t *testing.T) {
 	if got := decodeListRecord(data); !reflect.DeepEqual(got, rec) {
 		t.Errorf("read back %+v\nwant %+v", got, rec)
 	}
-	for cut := range len(data) - len(rec.Out) {
+	for cut := range len(data) {
 		if got := decodeListRecord(data[:cut]); got != nil {
 			t.Fatalf("a record cut at byte %d of %d read as %+v", cut, len(data), got)
+		}
+	}
+	if got := decodeListRecord(append(slices.Clone(data), "}\n"...)); got != nil {
+		t.Errorf("a record with more output than it says read as %+v", got)
+	}
+	header, _, _ := bytes.Cut(data, []byte("\n"))
+	for _, bad := range []string{string(header) + " junk", listRecordHeader + " 1 999999999999 0 0", listRecordHeader + " 1 -1 0 0"} {
+		if got := decodeListRecord([]byte(bad + "\n")); got != nil {
+			t.Errorf("header %q read as %+v", bad, got)
 		}
 	}
 	if got := decodeListRecord([]byte(`{"recordedAt":1,"files":{},"dirs":{}}` + "\n" + rec.Out)); got != nil {
 		t.Errorf("a record of the JSON format read as %+v", got)
 	}
-	rec.Files["/src/new\nline.go"] = fileHead{Head: "00"}
-	if _, ok := encodeListRecord(rec); ok {
-		t.Error("a path holding a newline was encoded")
+	for name, change := range map[string]func(r *listRecord){
+		"a file path holding a newline": func(r *listRecord) { r.Files["/src/new\nline.go"] = fileHead{Head: "00"} },
+		"a head holding a space":        func(r *listRecord) { r.Files["/src/x.go"] = fileHead{Head: "00 11"} },
+		"a folder holding a newline":    func(r *listRecord) { r.Dirs["/src/new\nline"] = "00" },
+		"a listing holding a space":     func(r *listRecord) { r.Dirs["/src/y"] = "00 11" },
+	} {
+		bad := &listRecord{Out: rec.Out, Files: maps.Clone(rec.Files), Dirs: maps.Clone(rec.Dirs)}
+		change(bad)
+		if _, ok := encodeListRecord(bad); ok {
+			t.Errorf("a record with %s was encoded", name)
+		}
 	}
 }
