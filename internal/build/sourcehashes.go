@@ -55,7 +55,7 @@ func loadSourceHashes(outDir, root string, began noopStart) *sourceHashes {
 
 // loadSourceHashesTrusting is loadSourceHashes with the racy window read
 // by the caller (tests change it).
-func loadSourceHashesTrusting(outDir, root string, began noopStart, racyWindow time.Duration) *sourceHashes {
+func loadSourceHashesTrusting(outDir, root string, began noopStart, window time.Duration) *sourceHashes {
 	at := time.Now()
 	if began.ok {
 		at = began.at
@@ -64,7 +64,7 @@ func loadSourceHashesTrusting(outDir, root string, began noopStart, racyWindow t
 	var rec sourceHashesRecord
 	if data, err := os.ReadFile(h.path); err == nil && json.Unmarshal(data, &rec) == nil {
 		h.was = rec.Files
-		trusted := rec.RecordedAt - int64(racyWindow)
+		trusted := rec.RecordedAt - int64(window)
 		for rel, f := range h.was {
 			if f.Stat.ModTime >= trusted || f.Stat.Change >= trusted {
 				delete(h.was, rel)
