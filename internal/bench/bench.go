@@ -73,6 +73,10 @@ type Scenario struct {
 	// (buildkitd, runc, go, compile, link, the kiln client, other); groups
 	// peak at different times.
 	PeakByProcess map[string]int64 `json:"peakByProcess,omitempty"`
+	// CPUByProcess is a kiln scenario's median CPU time of the daemon
+	// itself, of the steps it ran and of the client (which CPU leaves
+	// out: in process, it shares the bench's own process).
+	CPUByProcess map[string]time.Duration `json:"cpuByProcess,omitempty"`
 	// GoCache is the size of the Go build cache after the scenario.
 	GoCache int64 `json:"goCache"`
 	// Ran and Reused count kiln's steps in the last run; StepsRan names the
@@ -353,6 +357,18 @@ func (r *runner) add(s Scenario, samples []sample) {
 	if len(cpus) > 0 {
 		s.CPU, _, _ = stats(cpus)
 	}
+	byGroup := map[string][]time.Duration{}
+	for _, x := range samples {
+		for g, d := range x.CPUBy {
+			byGroup[g] = append(byGroup[g], d)
+		}
+	}
+	for g, ds := range byGroup {
+		if s.CPUByProcess == nil {
+			s.CPUByProcess = map[string]time.Duration{}
+		}
+		s.CPUByProcess[g], _, _ = stats(ds)
+	}
 	r.report.Scenarios = append(r.report.Scenarios, s)
 }
 
@@ -579,7 +595,8 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 	if r.daemon.Managed != nil {
 		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
 	}
-	cpuBefore, cpuOK := processCPU(pid())
+	selfBefore, childrenBefore, cpuOK := processCPU(pid())
+	clientBefore := selfCPU()
 	peak := samplePeak(pid, true)
 	start := time.Now()
 	out, err := build.Binaries(ctx, opts)
@@ -594,8 +611,10 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 			s.Sent = append(s.Sent, rel)
 		}
 	}
-	if cpuAfter, ok := processCPU(pid()); ok && cpuOK {
-		s.CPU = cpuAfter - cpuBefore
+	client := selfCPU() - clientBefore
+	if self, children, ok := processCPU(pid()); ok && cpuOK {
+		s.CPU = self - selfBefore + children - childrenBefore
+		s.CPUBy = map[string]time.Duration{CPUDaemon: self - selfBefore, CPUSteps: children - childrenBefore, CPUClient: client}
 		s.PeakRSS, s.Peaks = rss, groups
 	}
 	return s, out.Steps, nil

@@ -22,6 +22,9 @@ type sample struct {
 	PeakRSS int64         // bytes; -1 when it cannot be read
 	// Peaks is the largest resident memory of each process group.
 	Peaks map[string]int64
+	// CPUBy splits a kiln build's CPU: the daemon's own, the steps' (the
+	// daemon's reaped children) and the client's.
+	CPUBy map[string]time.Duration
 	// Sent are the binaries a kiln build sent, relative to its output.
 	Sent []string
 }
@@ -178,18 +181,39 @@ func (s *peakSampler) Stop() (int64, map[string]int64) {
 // clockTick is USER_HZ, 100 on every Linux this runs on.
 const clockTick = 10 * time.Millisecond
 
-// processCPU is the user+system time of a process and its reaped children.
-func processCPU(pid int) (time.Duration, bool) {
+// CPU groups of a kiln build: the daemon itself, the steps it ran (its
+// reaped children: runc, go and go's tools), and the client.
+const (
+	CPUDaemon = "buildkitd"
+	CPUSteps  = "steps"
+	CPUClient = GroupClient
+)
+
+// processCPU is the user+system time of a process itself and of its reaped
+// children.
+func processCPU(pid int) (self, children time.Duration, ok bool) {
 	_, f, ok := procStat(pid)
 	if !ok || len(f) < 15 {
-		return 0, false
+		return 0, 0, false
 	}
-	var ticks int64
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		n, _ := strconv.ParseInt(f[i], 10, 64)
-		ticks += n
+	ticks := func(fields ...int) time.Duration {
+		var n int64
+		for _, i := range fields {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			n += v
+		}
+		return time.Duration(n) * clockTick
 	}
-	return time.Duration(ticks) * clockTick, true
+	return ticks(11, 12), ticks(13, 14), true // utime stime, cutime cstime
+}
+
+// selfCPU is the user+system time of this process.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // runCommand runs a host command, measuring wall time, CPU and peak memory.

@@ -59,9 +59,13 @@ func TestProcessStatAgreesWithStatus(t *testing.T) {
 		}
 	}
 	// /proc's count is in clock ticks (10 ms).
-	cpu, ok := processCPU(os.Getpid())
+	self, children, ok := processCPU(os.Getpid())
+	cpu := self + children
 	if total := spent(); !ok || cpu < from+100*time.Millisecond-20*time.Millisecond || cpu > total+20*time.Millisecond {
 		t.Errorf("this process's CPU: %v (%v); getrusage says %v before spinning 100 ms of CPU, %v after", cpu, ok, from, total)
+	}
+	if own := selfCPU(); self < 100*time.Millisecond-20*time.Millisecond || self > own+20*time.Millisecond {
+		t.Errorf("this process's own CPU: %v; getrusage says %v, after spinning 100 ms of CPU", self, own)
 	}
 	if total, groups := treeRSS(os.Getpid()); total < rss || groups[GroupOther] < rss {
 		t.Errorf("this process's tree: %d bytes, groups %v; want the child's %d in it", total, groups, rss)
