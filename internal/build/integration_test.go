@@ -646,6 +646,79 @@ func TestImagesIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("an export writes into the file it replaced, never into one linked elsewhere or running", func(t *testing.T) {
+		s, err := build.Start(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		parent := t.TempDir()
+		dest := filepath.Join(parent, "files")
+		spare := filepath.Join(parent, ".files.spare", "d", "a")
+		export := func(n, size int) []byte {
+			t.Helper()
+			data := bytes.Repeat([]byte{byte(n)}, size)
+			from := llb.Scratch().File(llb.Mkfile("/a", 0o644, data), llb.WithCustomNamef("[test] export %d", n))
+			if _, _, err := s.ExportFiles(ctx, "test export", []build.FileCopy{{From: from, Src: "/a", Dest: "/d/a"}}, dest, nil); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(dest, "d", "a")); err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("export %d: %d bytes, want %d bytes of %d (%v)", n, len(got), size, n, err)
+			}
+			return data
+		}
+		inode := func(path string) uint64 {
+			t.Helper()
+			fi, err := os.Stat(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fi.Sys().(*syscall.Stat_t).Ino
+		}
+		export(1, 3*build.ReadChunk+7)
+		first := inode(filepath.Join(dest, "d", "a"))
+		export(2, build.ReadChunk)
+		if inode(spare) != first {
+			t.Fatal("the file the second export replaced is not kept as the spare")
+		}
+		second := inode(filepath.Join(dest, "d", "a"))
+		export(3, 2*build.ReadChunk+1) // shorter than the spare: cut to size
+		if inode(filepath.Join(dest, "d", "a")) != first || inode(spare) != second {
+			t.Error("the third export did not write into the first one's file")
+		}
+		// A spare someone linked elsewhere keeps its bytes.
+		theirs := filepath.Join(t.TempDir(), "theirs")
+		if err := os.Link(spare, theirs); err != nil {
+			t.Fatal(err)
+		}
+		export(4, 5*build.ReadChunk) // longer than the spare
+		if got, _ := os.ReadFile(theirs); !bytes.Equal(got, bytes.Repeat([]byte{2}, build.ReadChunk)) || inode(filepath.Join(dest, "d", "a")) == second {
+			t.Error("an export wrote into a spare another name links")
+		}
+		// So does a spare a process runs.
+		sleep, err := exec.LookPath("sleep")
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog, _ := os.ReadFile(sleep)
+		os.Remove(spare)
+		if err := os.WriteFile(spare, prog, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		run := exec.Command(spare, "60")
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer run.Process.Kill()
+		export(5, build.ReadChunk+3)
+		if got, err := os.ReadFile(fmt.Sprintf("/proc/%d/exe", run.Process.Pid)); err != nil || !bytes.Equal(got, prog) {
+			t.Errorf("an export wrote into a spare a process runs (%v)", err)
+		}
+		if entries, _ := os.ReadDir(parent); len(entries) != 2 {
+			t.Errorf("beside the export: %v, want files and its spares", entries)
+		}
+	})
+
 	t.Run("an edit relinks only the binary it reaches; the others are kept", func(t *testing.T) {
 		o := editedCopy(t, opts, "")
 		o.Platforms = "linux/amd64"
