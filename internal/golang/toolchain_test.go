@@ -126,7 +126,9 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 func TestToolchainTarIsTheSameFromAnyCopyAndLeavesOutTests(t *testing.T) {
 	write := func(dir string, mtime time.Time) {
 		files := map[string]string{"bin/go": "#!go", "src/fmt/print.go": "package fmt", "src/fmt/print_test.go": "package fmt",
-			"src/cmd/compile/main.go": "package main", "src/net/testdata/x": "x", "test/a.go": "package a", "pkg/tool/linux_amd64/compile": "elf", "pkg/tool/linux_amd64/vet": "elf"}
+			"src/cmd/compile/main.go": "package main", "src/net/testdata/x": "x", "test/a.go": "package a", "pkg/tool/linux_amd64/compile": "elf", "pkg/tool/linux_amd64/vet": "elf",
+			"pkg/tool/linux_amd64/cgo": "elf", "bin/gofmt": "elf", "src/runtime/race/race.go": "package race", "src/runtime/race/race_linux_arm64.syso": "obj",
+			"src/runtime/race/internal/amd64v1/race_linux.syso": "obj", "src/runtime/race/internal/amd64v1/race_darwin.syso": "obj", "src/runtime/race/race_darwin_arm64.syso": "obj"}
 		for name, data := range files {
 			path := filepath.Join(dir, name)
 			if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -167,7 +169,10 @@ func TestToolchainTarIsTheSameFromAnyCopyAndLeavesOutTests(t *testing.T) {
 		got[h.Name] = h.Mode
 	}
 	want := map[string]int64{"bin/": 0o755, "bin/go": 0o755, "pkg/": 0o755, "pkg/tool/": 0o755, "pkg/tool/linux_amd64/": 0o755, "pkg/tool/linux_amd64/compile": 0o755,
-		"src/": 0o755, "src/fmt/": 0o755, "src/fmt/print.go": 0o644, "src/net/": 0o755}
+		"src/": 0o755, "src/fmt/": 0o755, "src/fmt/print.go": 0o644, "src/net/": 0o755,
+		// -race needs cgo but on macOS, and kiln builds without it.
+		"src/runtime/": 0o755, "src/runtime/race/": 0o755, "src/runtime/race/race.go": 0o644, "src/runtime/race/race_darwin_arm64.syso": 0o644,
+		"src/runtime/race/internal/": 0o755, "src/runtime/race/internal/amd64v1/": 0o755, "src/runtime/race/internal/amd64v1/race_darwin.syso": 0o644}
 	if !maps.Equal(got, want) {
 		t.Errorf("archive holds %v, want %v", got, want)
 	}
