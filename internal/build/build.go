@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/containerd/log"
@@ -931,7 +930,7 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 				return result, nil
 			}
 			progress := buildkit.NewSending(send, fmt.Sprintf("sending %d files to %s", len(reads), dest), total)
-			err = readFiles(ctx, dir, spareDir(dest), reads, progress)
+			err = readFiles(ctx, dir, dest, reads, progress)
 			progress.Finish(err)
 			return result, err
 		},
@@ -952,11 +951,13 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy
 					}
 				}
 			}
+			var replaced []string
 			for i, f := range files {
 				if !held[i] {
-					keepSpare(filepath.Join(dest, f.Dest), filepath.Join(spareDir(dest), f.Dest))
+					replaced = append(replaced, f.Dest)
 				}
 			}
+			keepSpares(dest, replaced, files)
 			return nil
 		},
 	}
@@ -983,67 +984,6 @@ func asWritten(path string, written map[string]fileStat) (fileStat, bool) {
 	return was, true
 }
 
-// spareDir is where an export keeps, beside dest, the files it replaced:
-// the next export of a file writes into its spare's pages, which are
-// still in memory. A file written into new pages cost 3-5 ms per MB here
-// (a virtual machine whose host takes back the pages the guest frees):
-// 0.18 s of the 0.21-0.30 s that sending a 57 MB binary took, where
-// overwriting the pages of a file in the page cache took 10-15 ms.
-func spareDir(dest string) string {
-	return filepath.Join(filepath.Dir(dest), "."+filepath.Base(dest)+".spare")
-}
-
-// keepSpare links the file an export replaces to spare, when nothing else
-// links it. Once the export is in, only spare names it: no one who reads
-// the output can see the next export write into it.
-func keepSpare(replaced, spare string) {
-	fi, err := os.Lstat(replaced)
-	if err != nil || !fi.Mode().IsRegular() || links(fi) != 1 {
-		return
-	}
-	os.Remove(spare)
-	if os.MkdirAll(filepath.Dir(spare), 0o755) == nil {
-		os.Link(replaced, spare)
-	}
-}
-
-// links is a file's number of hard links; 0 when it cannot be read.
-func links(fi os.FileInfo) uint64 {
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		return uint64(st.Nlink)
-	}
-	return 0
-}
-
-// takeSpare moves spare to path, which the caller created, and opens it to
-// be written over, without truncating it (that would free its pages). It
-// takes only a regular file that no other name links and no process runs
-// (open for writing fails with ETXTBSY). A spare it cannot use is removed.
-func takeSpare(spare, path string) *os.File {
-	fi, err := os.Lstat(spare)
-	if err != nil {
-		return nil
-	}
-	if !fi.Mode().IsRegular() || links(fi) != 1 || os.Rename(spare, path) != nil {
-		os.Remove(spare)
-		return nil
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|syscall.O_NOFOLLOW, 0)
-	if err == nil {
-		if fi, err := f.Stat(); err == nil && links(fi) == 1 {
-			return f
-		}
-		f.Close()
-	}
-	os.Remove(path) // for the caller to create anew
-	return nil
-}
-
-func sameFile(f *os.File, fi os.FileInfo) bool {
-	open, err := f.Stat()
-	return err == nil && os.SameFile(open, fi)
-}
-
 // reading is one file to read from a solved step into an export.
 type reading struct {
 	ref     gateway.Reference
@@ -1057,8 +997,8 @@ type reading struct {
 // modification time it has in BuildKit, reading readsInFlight chunks at
 // once so that the daemon reads the next while this side writes. Every
 // file is created before the first read, and every read has ended when it
-// returns. A file with a spare under spares is written into the spare.
-func readFiles(ctx context.Context, dir, spares string, reads []reading, progress *buildkit.Sending) error {
+// returns. A file with a spare (keepSpares) beside dest is written into it.
+func readFiles(ctx context.Context, dir, dest string, reads []reading, progress *buildkit.Sending) error {
 	out := make([]*os.File, len(reads))
 	defer func() {
 		for _, f := range out {
@@ -1080,7 +1020,7 @@ func readFiles(ctx context.Context, dir, spares string, reads []reading, progres
 		if err != nil {
 			return err
 		}
-		if spare := takeSpare(filepath.Join(spares, rel), to); spare != nil {
+		if spare := takeSpare(dest, rel, to); spare != nil {
 			f.Close()
 			f = spare
 		} else if fi, err := os.Lstat(to); err != nil || !sameFile(f, fi) { // a spare moved in, then refused
@@ -1187,4 +1127,9 @@ func goCacheKeys(opts Options, cfg *config.Config, publishing bool) (ed25519.Pub
 		return nil, nil, fmt.Errorf("%s=%s does not match the public key cache.gocacheKey pins", SigningKeyEnv, path)
 	}
 	return pinned, signing, nil
+}
+
+func sameFile(f *os.File, fi os.FileInfo) bool {
+	open, err := f.Stat()
+	return err == nil && os.SameFile(open, fi)
 }

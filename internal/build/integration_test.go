@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -654,7 +655,7 @@ func TestImagesIntegration(t *testing.T) {
 		defer s.Close()
 		parent := t.TempDir()
 		dest := filepath.Join(parent, "files")
-		spare := filepath.Join(parent, ".files.spare", "d", "a")
+		spare := filepath.Join(parent, ".files.spare", "d%2Fa")
 		export := func(n, size int) []byte {
 			t.Helper()
 			data := bytes.Repeat([]byte{byte(n)}, size)
@@ -695,7 +696,17 @@ func TestImagesIntegration(t *testing.T) {
 		if got, _ := os.ReadFile(theirs); !bytes.Equal(got, bytes.Repeat([]byte{2}, build.ReadChunk)) || inode(filepath.Join(dest, "d", "a")) == second {
 			t.Error("an export wrote into a spare another name links")
 		}
-		// So does a spare a process runs.
+		// So does one a process has open, and one a process runs.
+		reader, err := os.Open(spare)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer reader.Close()
+		held := inode(spare)
+		export(5, build.ReadChunk+5)
+		if got, _ := io.ReadAll(reader); !bytes.Equal(got, bytes.Repeat([]byte{3}, 2*build.ReadChunk+1)) || inode(filepath.Join(dest, "d", "a")) == held {
+			t.Error("an export wrote into a spare a process has open")
+		}
 		sleep, err := exec.LookPath("sleep")
 		if err != nil {
 			t.Fatal(err)
@@ -710,9 +721,23 @@ func TestImagesIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer run.Process.Kill()
-		export(5, build.ReadChunk+3)
+		export(6, build.ReadChunk+3)
 		if got, err := os.ReadFile(fmt.Sprintf("/proc/%d/exe", run.Process.Pid)); err != nil || !bytes.Equal(got, prog) {
 			t.Errorf("an export wrote into a spare a process runs (%v)", err)
+		}
+		// A spare folder that links elsewhere is neither used nor written.
+		other := t.TempDir()
+		if err := os.WriteFile(filepath.Join(other, "d%2Fa"), []byte("theirs"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.RemoveAll(filepath.Join(parent, ".files.spare"))
+		if err := os.Symlink(other, filepath.Join(parent, ".files.spare")); err != nil {
+			t.Fatal(err)
+		}
+		export(7, 10)
+		export(8, 11)
+		if got, _ := os.ReadFile(filepath.Join(other, "d%2Fa")); string(got) != "theirs" {
+			t.Errorf("an export used a spare folder that links elsewhere: it holds %q", got)
 		}
 		if entries, _ := os.ReadDir(parent); len(entries) != 2 {
 			t.Errorf("beside the export: %v, want files and its spares", entries)
