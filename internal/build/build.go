@@ -1008,7 +1008,7 @@ func readFiles(ctx context.Context, dir, dest string, reads []reading, progress 
 		}
 	}()
 	for i, r := range reads {
-		rel := strings.TrimPrefix(filepath.ToSlash(r.dest), "/")
+		rel := exportRel(r.dest)
 		if !filepath.IsLocal(rel) {
 			return fmt.Errorf("export to %s: %s is outside it", dir, r.dest)
 		}
@@ -1128,6 +1128,9 @@ func goCacheKeys(opts Options, cfg *config.Config, publishing bool) (ed25519.Pub
 	}
 	return pinned, signing, nil
 }
+
+// exportRel is a file's path in an export's folder, from its FileCopy.Dest.
+func exportRel(dest string) string { return strings.TrimPrefix(filepath.ToSlash(dest), "/") }
 
 func sameFile(f *os.File, fi os.FileInfo) bool {
 	open, err := f.Stat()

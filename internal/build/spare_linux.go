@@ -43,7 +43,7 @@ func keepSpares(dest string, replaced []string, files []FileCopy) {
 	}
 	var names []string
 	for _, f := range files {
-		names = append(names, spareName(trimSlash(f.Dest)))
+		names = append(names, spareName(exportRel(f.Dest)))
 	}
 	if entries, err := os.ReadDir(dir); err == nil {
 		for _, e := range entries {
@@ -53,7 +53,7 @@ func keepSpares(dest string, replaced []string, files []FileCopy) {
 		}
 	}
 	for _, rel := range kept {
-		spare := filepath.Join(dir, spareName(trimSlash(rel)))
+		spare := filepath.Join(dir, spareName(exportRel(rel)))
 		os.Remove(spare)
 		os.Link(filepath.Join(dest, rel), spare)
 	}
@@ -68,13 +68,6 @@ func spareFolder(dest string, create bool) (string, bool) {
 	}
 	fi, err := os.Lstat(dir)
 	return dir, err == nil && fi.IsDir()
-}
-
-func trimSlash(p string) string {
-	for len(p) > 0 && p[0] == '/' {
-		p = p[1:]
-	}
-	return p
 }
 
 // takeSpare moves the spare of rel (its path in dest) to path, which the
