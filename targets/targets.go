@@ -24,7 +24,7 @@ import (
 	"strings"
 
 	"github.com/kiln-build/kiln/internal/bench"
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/cli"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/publish"
@@ -53,7 +53,7 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 	o.Images, o.Rebuild = cli.List(images), cli.Bool(rebuild)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
 	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
-	outcome, err := build.Images(ctx, o)
+	outcome, err := session.Images(ctx, o)
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -91,7 +91,7 @@ func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *str
 	o.Rebuild = cli.Bool(rebuild)
 	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
 	o.Module, o.Packages = cli.Str(module), cli.List(packages)
-	out, err := build.Binaries(ctx, o)
+	out, err := session.Binaries(ctx, o)
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -107,7 +107,7 @@ func Binaries(ctx context.Context, platforms *string, stamp *bool, progress *str
 
 // changedBinaries names the binaries whose bytes changed: the others were
 // kept as they were, so their files did not move.
-func changedBinaries(out *build.BinariesOutcome) string {
+func changedBinaries(out *session.BinariesOutcome) string {
 	if len(out.Sent) == 0 {
 		return "built; no binary changed"
 	}
@@ -122,7 +122,7 @@ func changedBinaries(out *build.BinariesOutcome) string {
 	return "changed: " + strings.Join(names, " ")
 }
 
-func printGoCache(r *build.GoCacheResult) {
+func printGoCache(r *session.GoCacheResult) {
 	if r != nil {
 		fmt.Printf("Go cache snapshot\t%s\t%s\n", r.Digest, strings.Join(r.Refs, ","))
 	}
@@ -138,14 +138,14 @@ func explainWrite(ex []explain.Explanation) { explain.Write(os.Stdout, ex) }
 //	-json                 for machines
 //	-platforms, -stamp    as for images
 func Plan(json *bool, platforms *string, stamp *bool) error {
-	p, err := build.Plan(cli.Options(platforms, stamp, nil))
+	p, err := session.Plan(cli.Options(platforms, stamp, nil))
 	if err != nil {
 		return err
 	}
 	if cli.Bool(json) {
-		return build.WritePlanJSON(os.Stdout, p)
+		return session.WritePlanJSON(os.Stdout, p)
 	}
-	build.WritePlanText(os.Stdout, p)
+	session.WritePlanText(os.Stdout, p)
 	return nil
 }
 
@@ -156,7 +156,7 @@ func Plan(json *bool, platforms *string, stamp *bool) error {
 //
 //	-platforms, -progress   as for images
 func Verify(ctx context.Context, platforms *string, progress *string) error {
-	report, err := build.Verify(ctx, cli.Options(platforms, nil, progress))
+	report, err := session.Verify(ctx, cli.Options(platforms, nil, progress))
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -175,7 +175,7 @@ func Verify(ctx context.Context, platforms *string, progress *string) error {
 // a file of that binary's packages, go.mod/go.sum, toolchain, flags, stamp.
 func Explain() error {
 	cli.Logging()
-	ex, err := build.Explain(build.Options{})
+	ex, err := session.Explain(session.Options{})
 	if err != nil {
 		return err
 	}
@@ -189,7 +189,7 @@ func Explain() error {
 // and volatile -X values, each with its cost and fix.
 func Doctor() error {
 	cli.Logging()
-	findings, err := build.Doctor(build.Options{})
+	findings, err := session.Doctor(session.Options{})
 	if err != nil {
 		return err
 	}
@@ -221,14 +221,14 @@ func Doctor() error {
 //
 //	-platforms, -progress   as for images
 func Size(ctx context.Context, platforms *string, progress *string) error {
-	report, err := build.Size(ctx, cli.Options(platforms, nil, progress))
+	report, err := session.Size(ctx, cli.Options(platforms, nil, progress))
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
 	if err := report.WriteTable(os.Stdout); err != nil {
 		return err
 	}
-	jsonPath, svgPath, _ := build.SizePaths(build.Options{})
+	jsonPath, svgPath, _ := session.SizePaths(session.Options{})
 	fmt.Printf("\nreport: %s\nchart:  %s\n", jsonPath, svgPath)
 	return nil
 }

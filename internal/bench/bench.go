@@ -21,7 +21,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
@@ -31,7 +31,7 @@ import (
 type Options struct {
 	// Build selects what is built: this repository, or another module
 	// through Build.Module and Build.Packages.
-	Build build.Options
+	Build session.Options
 	// Runs is how often each scenario runs (default 3), but for the
 	// fresh-daemon ones and the cgo experiment's, which run once. Native
 	// and kiln take turns, run by run, in every figure.
@@ -199,7 +199,7 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 	}
 	opts.Build.Progress = "quiet"
 	opts.Build.SkipChecks = true
-	p, err := build.Plan(opts.Build)
+	p, err := session.Plan(opts.Build)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -257,7 +257,7 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 	// anything is timed: kiln cold keeps them, as native keeps the
 	// installed Go. The first bench of a kiln version built kilnstep in
 	// its first kiln cold run.
-	s, err := build.Start(ctx, opts.Build)
+	s, err := session.Start(ctx, opts.Build)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -590,7 +590,7 @@ func (r *runner) kilnBuild(ctx context.Context) (sample, buildkit.Steps, error) 
 	return r.kilnBuildWith(ctx, r.opts.Build)
 }
 
-func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample, buildkit.Steps, error) {
+func (r *runner) kilnBuildWith(ctx context.Context, opts session.Options) (sample, buildkit.Steps, error) {
 	pid := func() int { return 0 }
 	if r.daemon.Managed != nil {
 		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
@@ -599,7 +599,7 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts build.Options) (sample,
 	clientBefore := selfCPU()
 	peak := samplePeak(pid, true)
 	start := time.Now()
-	out, err := build.Binaries(ctx, opts)
+	out, err := session.Binaries(ctx, opts)
 	wall := time.Since(start)
 	rss, groups := peak.Stop()
 	if err != nil {

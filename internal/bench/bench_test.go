@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/kiln-build/kiln/internal/bench"
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
@@ -57,7 +57,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 
 func options(t *testing.T, module string) bench.Options {
 	return bench.Options{
-		Build: build.Options{Root: testdaemon.RepoRoot(t), Module: module, Packages: []string{"./cmd/alpha", "./cmd/beta"}, Platforms: "linux/amd64"},
+		Build: session.Options{Root: testdaemon.RepoRoot(t), Module: module, Packages: []string{"./cmd/alpha", "./cmd/beta"}, Platforms: "linux/amd64"},
 		Runs:  1,
 		Out:   t.TempDir(),
 		Log:   io.Discard,

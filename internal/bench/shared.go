@@ -10,7 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
@@ -48,7 +48,7 @@ func (r *runner) freshDaemon(name string, snapshot bool) func(context.Context) e
 		if snapshot {
 			publish.GoCacheTo = repo + "/gocache"
 		}
-		if _, err := build.Binaries(ctx, publish); err != nil {
+		if _, err := session.Binaries(ctx, publish); err != nil {
 			return fmt.Errorf("%s: publish the caches: %w", name, err)
 		}
 		if err := r.edit(pkg, 200+r.step); err != nil {

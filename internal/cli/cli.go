@@ -10,7 +10,7 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/publish"
 )
 
@@ -52,9 +52,9 @@ func List(p *string) []string {
 }
 
 // Options are the build options every building target shares.
-func Options(platforms *string, stamp *bool, progress *string) build.Options {
+func Options(platforms *string, stamp *bool, progress *string) session.Options {
 	Logging()
-	return build.Options{Platforms: Str(platforms), Stamp: Bool(stamp), Progress: Str(progress)}
+	return session.Options{Platforms: Str(platforms), Stamp: Bool(stamp), Progress: Str(progress)}
 }
 
 // LoadOptions say where images:load and images:smoke find containerd.

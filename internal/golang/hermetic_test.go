@@ -10,7 +10,7 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -23,7 +23,7 @@ func TestCompileStepsCannotReachTheNetwork(t *testing.T) {
 	d := testdaemon.Buildkit(t)
 	ctx := context.Background()
 	root := testdaemon.RepoRoot(t)
-	p, err := build.Plan(build.Options{Root: root, Platforms: "linux/amd64"})
+	p, err := session.Plan(session.Options{Root: root, Platforms: "linux/amd64"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/moby/buildkit/solver/pb"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
@@ -22,7 +22,7 @@ import (
 // testPlan resolves this repository's own configuration.
 func testPlan(t *testing.T, platforms string) *plan.Plan {
 	t.Helper()
-	p, err := build.Plan(build.Options{Root: testdaemon.RepoRoot(t), Platforms: platforms})
+	p, err := session.Plan(session.Options{Root: testdaemon.RepoRoot(t), Platforms: platforms})
 	if err != nil {
 		t.Fatal(err)
 	}

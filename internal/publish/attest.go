@@ -18,7 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
@@ -119,7 +119,7 @@ func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subje
 // attestRelease signs every pushed image index and platform manifest, and
 // attaches to each a signed provenance and the SBOM of each platform's
 // binaries, read back from the build.
-func attestRelease(ctx context.Context, s *build.Session, signer *sign.Signer, resolver remotes.Resolver, registry, caches string, pushed []PushResult) error {
+func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer, resolver remotes.Resolver, registry, caches string, pushed []PushResult) error {
 	p := s.Plan
 	configData, err := os.ReadFile(filepath.Join(p.Root, config.File))
 	if err != nil {
@@ -230,12 +230,12 @@ func platformManifests(ctx context.Context, resolver remotes.Resolver, repo stri
 // exportImageBinaries writes every image's binaries for each of its
 // platforms under <dir>/<os-arch[-variant]>/; the states are the images'
 // own, so BuildKit answers from its cache.
-func exportImageBinaries(ctx context.Context, s *build.Session) (string, error) {
+func exportImageBinaries(ctx context.Context, s *session.Session) (string, error) {
 	dir, err := os.MkdirTemp("", "kiln-sbom-")
 	if err != nil {
 		return "", err
 	}
-	var files []build.FileCopy
+	var files []session.FileCopy
 	seen := map[string]bool{}
 	for _, img := range s.Plan.Images {
 		for _, target := range img.Targets {
@@ -243,7 +243,7 @@ func exportImageBinaries(ctx context.Context, s *build.Session) (string, error) 
 				dest := "/" + strings.ReplaceAll(config.FormatPlatform(target), "/", "-") + "/" + b
 				if !seen[dest] {
 					seen[dest] = true
-					files = append(files, build.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
+					files = append(files, session.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
 				}
 			}
 		}

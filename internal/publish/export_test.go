@@ -3,16 +3,16 @@ package publish
 import (
 	"context"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 )
 
-// WarmRebuilds makes release:verify rebuild with build.Images, on the
+// WarmRebuilds makes release:verify rebuild with session.Images, on the
 // daemon's caches, until restore is called: the same images, without the
 // cold compile of an isolated rebuild.
 func WarmRebuilds() (restore func()) {
-	rebuild = func(ctx context.Context, opts build.Options) (*build.ImagesOutcome, error) {
+	rebuild = func(ctx context.Context, opts session.Options) (*session.ImagesOutcome, error) {
 		opts.SkipChecks = true
-		return build.Images(ctx, opts)
+		return session.Images(ctx, opts)
 	}
-	return func() { rebuild = build.Rebuild }
+	return func() { rebuild = session.Rebuild }
 }

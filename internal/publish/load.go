@@ -11,7 +11,7 @@ import (
 	"github.com/moby/buildkit/client"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/containerd"
 )
@@ -41,14 +41,14 @@ type LoadResult struct {
 // Load builds every image and streams each export straight into
 // containerd's import (no copy on disk), then checks that containerd holds
 // the index digest BuildKit exported.
-func Load(ctx context.Context, opts build.Options, lopts LoadOptions) ([]LoadResult, error) {
+func Load(ctx context.Context, opts session.Options, lopts LoadOptions) ([]LoadResult, error) {
 	address := containerd.Address(lopts.Address)
 	c, err := containerd.Connect(ctx, address) // before building: a missing socket fails fast
 	if err != nil {
 		return nil, err
 	}
 	defer c.Close()
-	s, err := build.Start(ctx, opts)
+	s, err := session.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +120,8 @@ type SmokeResult struct {
 // Smoke runs `<binary> --version` for every binary of every loaded image on
 // every platform this machine can execute (arm through qemu binfmt), and
 // checks the output against the plan: version, commit, platform, cgo off.
-func Smoke(ctx context.Context, opts build.Options, lopts LoadOptions) ([]SmokeResult, error) {
-	p, err := build.Plan(opts)
+func Smoke(ctx context.Context, opts session.Options, lopts LoadOptions) ([]SmokeResult, error) {
+	p, err := session.Plan(opts)
 	if err != nil {
 		return nil, err
 	}

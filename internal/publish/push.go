@@ -9,7 +9,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/moby/buildkit/client"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
@@ -36,12 +36,12 @@ type PushResult struct {
 
 // Push builds every image and pushes it, all platforms in one index, tagged
 // with the version (and latest when asked).
-func Push(ctx context.Context, opts build.Options, popts PushOptions) ([]PushResult, error) {
+func Push(ctx context.Context, opts session.Options, popts PushOptions) ([]PushResult, error) {
 	registry, _, err := buildkit.RegistryHost(popts.Registry)
 	if err != nil {
 		return nil, err
 	}
-	s, err := build.Start(ctx, opts)
+	s, err := session.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -49,7 +49,7 @@ func Push(ctx context.Context, opts build.Options, popts PushOptions) ([]PushRes
 	return push(ctx, s, registry, popts.SkipTLSVerify, popts.Latest)
 }
 
-func push(ctx context.Context, s *build.Session, registry string, skipTLSVerify, latest bool) ([]PushResult, error) {
+func push(ctx context.Context, s *session.Session, registry string, skipTLSVerify, latest bool) ([]PushResult, error) {
 	s.UseRegistry(registry + "/" + s.Plan.Repository)
 	tags := []string{s.Plan.Stamp.Version}
 	if latest {

@@ -13,7 +13,7 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
@@ -54,7 +54,7 @@ type ReleaseSummary struct {
 // and signs each index and platform manifest and attaches a signed SLSA v1
 // provenance and SPDX SBOMs, as cosign stores them. The indexes hold only
 // the images, so a rebuild of the same commit has the same digests.
-func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
+func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
 	cfg, err := opts.Config()
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 	if ropts.TrustCaches {
 		caches = "trusted"
 	}
-	p, err := build.Plan(opts)
+	p, err := session.Plan(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +111,7 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 	if err != nil {
 		return nil, err
 	}
-	s, err := build.Start(ctx, opts)
+	s, err := session.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -137,8 +137,8 @@ func Release(ctx context.Context, opts build.Options, ropts ReleaseOptions) (*Re
 // writeAssets cross-compiles the release binaries and writes them with a
 // SHA256SUMS file and its signature (SHA256SUMS.sig, for cosign
 // verify-blob); the directory appears whole or not at all.
-func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary, signer *sign.Signer) error {
-	var files []build.FileCopy
+func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, signer *sign.Signer) error {
+	var files []session.FileCopy
 	var targets []ocispec.Platform
 	for _, a := range sum.Assets {
 		target, err := config.ParsePlatform(a.Platform)
@@ -149,7 +149,7 @@ func writeAssets(ctx context.Context, s *build.Session, sum *ReleaseSummary, sig
 		targets = append(targets, target)
 	}
 	for i, a := range sum.Assets {
-		files = append(files, build.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
+		files = append(files, session.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
 	}
 	work := sum.AssetsDir + ".work"
 	os.RemoveAll(work)

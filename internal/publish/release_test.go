@@ -20,7 +20,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	spdxjson "github.com/spdx/tools-golang/json"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/sign"
@@ -92,7 +92,7 @@ func TestRelease(t *testing.T) {
 	t.Setenv(sign.KeyEnv, filepath.Join(keys, "cosign.key"))
 	t.Setenv(sign.PasswordEnv, "release-pass")
 	out := t.TempDir()
-	opts := build.Options{Root: root, Progress: "quiet", OutDir: out}
+	opts := session.Options{Root: root, Progress: "quiet", OutDir: out}
 	ropts := publish.ReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}}
 	assetsDir := filepath.Join(out, "release", version)
 
@@ -293,7 +293,7 @@ func TestRelease(t *testing.T) {
 	// release platform warm and compares indexes. The signatures and
 	// attestations of every platform are checked by both.
 	const isolatedPlatform = "linux/arm/v7"
-	vo, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet", Platforms: isolatedPlatform}, vopts)
+	vo, err := publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet", Platforms: isolatedPlatform}, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestRelease(t *testing.T) {
 			t.Errorf("release:verify -platforms=%s ran %s", isolatedPlatform, st.Name)
 		}
 	}
-	if _, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, publish.VerifyReleaseOptions{PushOptions: vopts.PushOptions, Version: "v9.9.9", PublicKey: pub}); err == nil || !strings.Contains(err.Error(), "v9.9.9") {
+	if _, err := publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet"}, publish.VerifyReleaseOptions{PushOptions: vopts.PushOptions, Version: "v9.9.9", PublicKey: pub}); err == nil || !strings.Contains(err.Error(), "v9.9.9") {
 		t.Errorf("release:verify of a version never released: %v", err)
 	}
 
@@ -410,13 +410,13 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet", Platforms: "linux/s390x"}, vopts); err == nil || !strings.Contains(err.Error(), "-platforms: linux/s390x is not a release platform") {
+	if _, err := publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet", Platforms: "linux/s390x"}, vopts); err == nil || !strings.Contains(err.Error(), "-platforms: linux/s390x is not a release platform") {
 		t.Errorf("release:verify -platforms=linux/s390x: %v", err)
 	}
 	// Every signature is checked and every platform rebuilt, on the
 	// release's warm cache: the indexes are compared.
 	t.Cleanup(publish.WarmRebuilds())
-	vo, err = publish.VerifyRelease(ctx, build.Options{Root: root, Progress: "quiet"}, vopts)
+	vo, err = publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet"}, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}

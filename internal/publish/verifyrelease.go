@@ -15,7 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
@@ -79,7 +79,7 @@ func (o *VerifyReleaseOutcome) OK() bool {
 
 // rebuild is the isolated rebuild; a test that has proven its isolation
 // once may check the rest of release:verify on a warm build.
-var rebuild = build.Rebuild
+var rebuild = session.Rebuild
 
 // VerifyRelease checks a published release against its source: it checks
 // the signatures of every index and platform manifest and the provenance
@@ -90,7 +90,7 @@ var rebuild = build.Rebuild
 // down to the file and ELF section. opts.Platforms, when set, names the
 // release platforms to rebuild and compare, manifest by manifest; the
 // signatures and attestations of every platform are checked all the same.
-func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseOptions) (*VerifyReleaseOutcome, error) {
+func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleaseOptions) (*VerifyReleaseOutcome, error) {
 	if err := plan.ValidVersion(vopts.Version); err != nil {
 		return nil, fmt.Errorf("release version: %w", err)
 	}
@@ -156,7 +156,7 @@ func VerifyRelease(ctx context.Context, opts build.Options, vopts VerifyReleaseO
 	if !partial {
 		opts.Platforms = strings.Join(released, ",")
 	}
-	p, err := build.Plan(opts)
+	p, err := session.Plan(opts)
 	if err != nil {
 		return nil, fmt.Errorf("the plan of %s: %w", vopts.Version, err)
 	}

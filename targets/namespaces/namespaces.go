@@ -17,7 +17,7 @@ import (
 	"github.com/magefile/mage/mg"
 
 	"github.com/kiln-build/kiln/internal/bench"
-	"github.com/kiln-build/kiln/internal/build"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/cli"
 	"github.com/kiln-build/kiln/internal/publish"
@@ -105,7 +105,7 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 // digest yet; credentials come from the Docker config (DOCKER_CONFIG).
 func (Images) Pin(ctx context.Context) error {
 	cli.Logging()
-	pinned, err := build.PinBases(ctx, build.Options{})
+	pinned, err := session.PinBases(ctx, session.Options{})
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -129,7 +129,7 @@ type Verify mg.Namespace
 //
 //	-platforms, -progress   as for images
 func (Verify) Repro(ctx context.Context, platforms *string, progress *string) error {
-	out, err := build.Repro(ctx, cli.Options(platforms, nil, progress))
+	out, err := session.Repro(ctx, cli.Options(platforms, nil, progress))
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}

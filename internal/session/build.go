@@ -1,0 +1,1140 @@
+// Package build orchestrates a build: it loads and checks the request,
+// connects to BuildKit, resolves the plan for the worker, assembles the graph
+// (package image) and solves it into outputs: OCI layouts, binaries, size
+// reports, reproducibility diffs and the explain record. Publishing (push,
+// containerd, releases) builds on its Session in package publish.
+package session
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
+	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	bksession "github.com/moby/buildkit/session"
+	"github.com/moby/patternmatcher/ignorefile"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/golang/vendorarchive"
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/uptodate"
+	"github.com/kiln-build/kiln/internal/verify"
+)
+
+// Options select what to build; the zero value builds everything configured.
+type Options struct {
+	// Root is the repository root; the working directory when empty.
+	Root string
+	// Platforms is a comma-separated platform list; PLATFORMS when empty,
+	// then build/kiln.yaml.
+	Platforms string
+	// Stamp stamps version, commit and tree state (release builds).
+	Stamp bool
+	// Images limits the build to these images.
+	Images []string
+	// Progress is the progress mode; KILN_PROGRESS when empty, then auto.
+	Progress string
+	// OutDir is where outputs go; _output under Root when empty.
+	OutDir string
+	// SkipChecks skips the static and budget checks after `images`.
+	SkipChecks bool
+	// ProgressOut receives the progress display; os.Stderr when nil.
+	ProgressOut io.Writer
+	// CacheTo and CacheFrom override build/kiln.yaml's cache.to and
+	// cache.from (BuildKit layer caches, e.g. type=registry,ref=…,mode=max).
+	CacheTo, CacheFrom string
+	// Module builds another Go module's main packages instead of this
+	// repository's binaries: its directory, and Packages, its main packages
+	// (e.g. ./cmd/buildkitd). The toolchain, platforms and cache ids still
+	// come from this repository's build/kiln.yaml. Images are not built.
+	Module   string
+	Packages []string
+	// GoCacheTo pushes a snapshot of the build's GOCACHE entries to this
+	// repository (HOST[:PORT]/path) after a successful build; GoCacheFrom
+	// seeds the daemon's GOCACHE from the best matching snapshot there.
+	GoCacheTo, GoCacheFrom string
+	// GoCacheMax caps a snapshot in bytes; gocache.DefaultMax when 0.
+	GoCacheMax int64
+	// TraceCompiles shows every package compiled (go -x) in the package steps.
+	TraceCompiles bool
+	// BinaryPlatforms are more platforms the binaries are built for beside
+	// the images' (comma-separated; release assets).
+	BinaryPlatforms string
+	// Release builds what a release publishes: no layer cache is imported or
+	// exported, no Go cache snapshot seeded or published, and the Go cache
+	// mount is the release's own (<gocache>-release), unless TrustCaches.
+	Release, TrustCaches bool
+	// GoCacheKey overrides cache.gocacheKey: the ed25519 public key (PEM)
+	// every seeded snapshot must be signed with.
+	GoCacheKey string
+	// Rebuild solves and writes the outputs even when the ones already
+	// written were made from the same inputs (to time a build, or to fill a
+	// pruned daemon's caches).
+	Rebuild bool
+}
+
+// SigningKeyEnv names the ed25519 private key (PEM) that signs published
+// Go cache snapshots.
+const SigningKeyEnv = "KILN_GOCACHE_SIGNING_KEY"
+
+// ReleaseCacheSuffix names a release's own Go cache mount: no build that
+// read a shared cache wrote to it.
+const ReleaseCacheSuffix = "-release"
+
+func (o *Options) root() (string, error) {
+	if o.Root != "" {
+		return filepath.Abs(o.Root)
+	}
+	return os.Getwd()
+}
+
+// Config loads kiln.yaml of the tree the options build.
+func (o *Options) Config() (*config.Config, error) {
+	root, err := o.root()
+	if err != nil {
+		return nil, err
+	}
+	return config.Load(root)
+}
+
+func (o *Options) OutDirFor(root string) string {
+	if o.OutDir != "" {
+		return o.OutDir
+	}
+	return filepath.Join(root, "_output")
+}
+
+func (o *Options) progress() (string, error) {
+	mode := o.Progress
+	if mode == "" {
+		mode = os.Getenv("KILN_PROGRESS")
+	}
+	if mode == "" {
+		return "auto", nil
+	}
+	for _, m := range buildkit.ProgressModes {
+		if m == mode {
+			return mode, nil
+		}
+	}
+	return "", fmt.Errorf("progress mode %q is unknown (use one of %s via -progress or KILN_PROGRESS)", mode, strings.Join(buildkit.ProgressModes, ", "))
+}
+
+// Plan loads and validates the configuration and resolves the plan, without
+// contacting BuildKit.
+func Plan(opts Options) (*plan.Plan, error) {
+	req, err := load(opts)
+	if err != nil {
+		return nil, err
+	}
+	return plan.Resolve(req.root, req.cfg, req.po)
+}
+
+// request is what the user asked for, loaded and validated: the project
+// root (or -module's), its configuration and the plan options.
+type request struct {
+	root string
+	cfg  *config.Config
+	po   plan.Options
+	// cacheSuffix is added to the Go cache mount id (a release's own).
+	cacheSuffix string
+}
+
+func load(opts Options) (*request, error) {
+	root, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := config.Load(root)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Module != "" {
+		if root, err = filepath.Abs(opts.Module); err != nil {
+			return nil, err
+		}
+		if cfg, err = external(cfg, root, opts.Packages); err != nil {
+			return nil, err
+		}
+	}
+	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images}
+	if cache, err := buildkit.CacheDir(); err == nil {
+		po.ListCache = filepath.Join(cache, "golist")
+		// A plan without a daemon (`mage plan`) lists with the pinned go
+		// when a build fetched it already.
+		po.ListGo, _ = pinnedGo(context.Background(), cfg, hostPlatform(), cache, false)
+	}
+	if opts.BinaryPlatforms != "" {
+		if po.BinaryPlatforms, err = config.ParsePlatforms(opts.BinaryPlatforms); err != nil {
+			return nil, fmt.Errorf("binary platforms: %w", err)
+		}
+	}
+	list, source := opts.Platforms, "-platforms"
+	if list == "" {
+		list, source = os.Getenv("PLATFORMS"), "PLATFORMS"
+	}
+	if list != "" {
+		if po.Platforms, err = config.ParsePlatforms(list); err != nil {
+			return nil, fmt.Errorf("%s: %w", source, err)
+		}
+	}
+	return &request{root: root, cfg: cfg, po: po}, nil
+}
+
+// external is this repository's configuration applied to another module:
+// its main packages become the binaries, and it has no images or stamping.
+func external(cfg *config.Config, dir string, packages []string) (*config.Config, error) {
+	_, modErr := os.Stat(filepath.Join(dir, "go.mod"))
+	_, workErr := os.Stat(filepath.Join(dir, "go.work"))
+	if modErr != nil && workErr != nil {
+		return nil, fmt.Errorf("-module %s: no go.mod or go.work there; point it at a Go module's or workspace's root", dir)
+	}
+	if len(packages) == 0 {
+		return nil, fmt.Errorf("-module %s: name its main packages with -packages, e.g. ./cmd/tool", dir)
+	}
+	ext := *cfg
+	ext.Binaries, ext.Images, ext.Budgets = nil, nil, nil
+	ext.Stamp = config.Stamp{}
+	seen := map[string]bool{}
+	for _, pkg := range packages {
+		pkg = strings.TrimSpace(pkg)
+		if !strings.HasPrefix(pkg, "./") {
+			pkg = "./" + strings.TrimPrefix(pkg, "/")
+		}
+		name := path.Base(pkg)
+		if seen[name] {
+			return nil, fmt.Errorf("-packages: two packages named %s", name)
+		}
+		seen[name] = true
+		ext.Binaries = append(ext.Binaries, config.Binary{Name: name, Package: pkg})
+	}
+	return &ext, nil
+}
+
+// Session is a graph bound to a daemon, with the local sources it needs.
+type Session struct {
+	*image.Graph
+	daemon *buildkit.Daemon
+	locals map[string]string
+	mode   string
+	out    io.Writer
+	// cacheTo and cacheFrom are the layer caches every solve uses.
+	cacheTo, cacheFrom []client.CacheOptionsEntry
+	// attach are the module download step's secrets and SSH agent.
+	attach []bksession.Attachable
+	// goCacheTo publishes a Go cache snapshot after the build; goCacheMax
+	// caps snapshots (gocache.DefaultMax when 0).
+	goCacheTo  string
+	goCacheMax int64
+	// goCacheKey is the pinned key seeded snapshots must be signed with;
+	// signingKey signs published ones.
+	goCacheKey ed25519.PublicKey
+	signingKey ed25519.PrivateKey
+	// registries are the hosts whose credentials the daemon may ask for.
+	registries []string
+	// sideEffects is true when the build imports, exports or seeds a cache:
+	// it records no no-op.
+	sideEffects bool
+	// began is when the build began by the clock of the file system it
+	// reads, for the no-op record of its inputs' stats; unset when none
+	// may be recorded.
+	began uptodate.Clock
+	// clock is when the session began by that clock, for every session:
+	// the vendor archive's racy window and the source digests' record go
+	// by it.
+	clock uptodate.Clock
+	// hashes are the source digests inputs read; loading is the last
+	// build's record of them, read while the plan resolves.
+	hashes  *uptodate.SourceHashes
+	loading *uptodate.PendingHashes
+	// vendor is the vendor archive's local source, when the go steps read
+	// one (golang.Graph.UseVendorArchive).
+	vendor *vendorarchive.Source
+	// outputs are the outputs as this build wrote or found them.
+	outputs map[string]uptodate.FileStat
+}
+
+// UseRegistry lets the daemon ask for the credentials of a registry this
+// build pushes to; the others it uses (caches) are added by Start.
+func (s *Session) UseRegistry(ref string) {
+	if host := buildkit.RegistryOf(ref); host != "" && !slices.Contains(s.registries, host) {
+		s.registries = append(s.registries, host)
+	}
+}
+
+// firstOf is the flag's value, else the configured one.
+func firstOf(flag, configured string) string {
+	if flag != "" {
+		return flag
+	}
+	return configured
+}
+
+// Start checks everything the user wrote (configuration, flags, cache
+// specs), then contacts BuildKit, learns the worker's platform, resolves the
+// plan once for it and fetches the toolchain.
+func Start(ctx context.Context, opts Options) (*Session, error) {
+	return startAt(ctx, opts, sessionStart(opts))
+}
+
+// startAt is Start for a session that began at clock, by the file system's
+// clock: Binaries and Images read it before Start.
+func startAt(ctx context.Context, opts Options, clock uptodate.Clock) (*Session, error) {
+	mode, err := opts.progress()
+	if err != nil {
+		return nil, err
+	}
+	req, err := load(opts)
+	if err != nil {
+		return nil, err
+	}
+	loading := uptodate.LoadSourceHashesAsync(sourceHashesPath(opts.OutDirFor(req.root)), req.root, clock)
+	cacheTo, err := buildkit.CacheEntries(opts.CacheTo, req.cfg.Cache.To, "-cacheto")
+	if err != nil {
+		return nil, err
+	}
+	cacheFrom, err := buildkit.CacheEntries(opts.CacheFrom, req.cfg.Cache.From, "-cachefrom")
+	if err != nil {
+		return nil, err
+	}
+	goCacheTo, goCacheFrom := firstOf(opts.GoCacheTo, req.cfg.Cache.GoCacheTo), firstOf(opts.GoCacheFrom, req.cfg.Cache.GoCacheFrom)
+	if opts.Release && !opts.TrustCaches {
+		// Whoever can write to a cache registry could choose what a
+		// release contains: a release reads and writes no shared cache.
+		cacheTo, cacheFrom, goCacheTo, goCacheFrom = nil, nil, "", ""
+		req.cacheSuffix = ReleaseCacheSuffix
+	}
+	if err := buildkit.CheckCacheBackend(cacheTo, opts.CacheTo, "-cacheto"); err != nil {
+		return nil, err
+	}
+	if err := buildkit.CheckCacheBackend(cacheFrom, opts.CacheFrom, "-cachefrom"); err != nil {
+		return nil, err
+	}
+	pinned, signing, err := goCacheKeys(opts, req.cfg, goCacheTo != "")
+	if err != nil {
+		return nil, err
+	}
+	if goCacheTo != "" {
+		if _, _, err := goCacheRepo(goCacheTo, "-gocacheto"); err != nil {
+			return nil, err
+		}
+	}
+	if goCacheFrom != "" {
+		if _, _, err := goCacheRepo(goCacheFrom, "-gocachefrom"); err != nil {
+			return nil, err
+		}
+	}
+	excludes, err := dockerignore(req.root)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := buildkit.CacheDir()
+	if err != nil {
+		return nil, err
+	}
+	kilnRoot, err := opts.root()
+	if err != nil {
+		return nil, err
+	}
+
+	d, err := buildkit.Connect(ctx, kilnRoot)
+	if err != nil {
+		return nil, err
+	}
+	s, err := start(ctx, d, req, cache, excludes)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	s.clock, s.loading = clock, loading
+	s.mode, s.out = mode, opts.ProgressOut
+	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
+	s.sideEffects = len(cacheTo) > 0 || len(cacheFrom) > 0 || goCacheTo != "" || goCacheFrom != ""
+	s.Golang.TraceCompiles = opts.TraceCompiles
+	s.goCacheTo, s.goCacheMax = goCacheTo, opts.GoCacheMax
+	s.goCacheKey, s.signingKey = pinned, signing
+	for _, e := range append(append([]client.CacheOptionsEntry{}, cacheTo...), cacheFrom...) {
+		if ref := e.Attrs["ref"]; ref != "" {
+			s.UseRegistry(ref)
+		}
+	}
+	for _, repo := range []string{goCacheTo, goCacheFrom} {
+		if repo != "" {
+			s.UseRegistry(repo)
+		}
+	}
+	for _, img := range s.Plan.Images {
+		if img.Base != "" {
+			s.UseRegistry(img.Base)
+		}
+	}
+	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
+		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
+	}
+	if !opts.Release {
+		if err := s.useKeptStepTool(ctx, cache); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	if goCacheFrom != "" {
+		s.seedGoCache(ctx, goCacheFrom, cache)
+	}
+	return s, nil
+}
+
+// start resolves the plan for the daemon's worker and wires its sources.
+func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, excludes []string) (*Session, error) {
+	bp, err := workerPlatform(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	if config.FormatPlatform(bp) != config.FormatPlatform(hostPlatform()) {
+		log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
+	}
+	req.po.BuildPlatform = &bp
+	// Fetched before the plan, which it lists with.
+	if req.po.ListGo, err = pinnedGo(ctx, req.cfg, bp, cache, true); err != nil {
+		return nil, err
+	}
+	p, err := plan.Resolve(req.root, req.cfg, req.po)
+	if err != nil {
+		return nil, err
+	}
+	p.Cache.GoCache += req.cacheSuffix
+	tcDir, err := golang.ToolchainArchive(ctx, p.Toolchain, cache)
+	if err != nil {
+		return nil, err
+	}
+	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
+	var fetch *golang.Fetch
+	var attach []bksession.Attachable
+	if len(p.Modules) > 0 {
+		locals[golang.LocalCACerts] = "/etc/ssl/certs"
+		if fetch, err = golang.ResolveFetch(ctx, cache); err == nil {
+			attach, err = fetch.Attachables()
+		}
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(locals, fetch.Locals())
+	}
+	s := &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, attach: attach}
+	if p.ModMode == plan.ModVendor {
+		files, err := s.Golang.UseVendorArchive()
+		if err != nil {
+			return nil, err
+		}
+		s.vendor = vendorarchive.New(p.Root, files, cache, &s.clock)
+	}
+	return s, nil
+}
+
+// hostPlatform is the platform of a linux worker on this machine.
+func hostPlatform() ocispec.Platform {
+	return ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}
+}
+
+// pinnedGo is the go command of the pinned toolchain for the worker's
+// platform bp when it runs here, else "": the packages are then listed by
+// the Go that compiles them, so that the plan (each binary's files, the
+// standard library step) and every step are the same whatever Go runs
+// kiln. Where it cannot run (a remote worker of another architecture, a
+// mac), or is not there and fetch is unset, the go on PATH lists. With
+// fetch, a toolchain not there yet is downloaded; where only the archive
+// sent to BuildKit is kept, a failed download leaves the listing to the go
+// on PATH.
+func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cache string, fetch bool) (string, error) {
+	if !runsHere(bp) {
+		return "", nil
+	}
+	tc, err := plan.PinnedToolchain(cfg, bp)
+	if err != nil {
+		return "", nil // plan.Resolve reports it
+	}
+	dir := golang.ToolchainDir(tc, cache)
+	if fetch {
+		if dir, err = golang.FetchToolchain(ctx, tc, cache); err != nil {
+			if _, archived := os.Stat(filepath.Join(golang.ToolchainArchiveDir(tc, cache), golang.ToolchainTar)); archived != nil {
+				return "", err
+			}
+			log.G(ctx).Warnf("listing the packages with the go on PATH: %v", err)
+			return "", nil
+		}
+	}
+	goCmd := filepath.Join(dir, "bin", "go")
+	if _, err := os.Stat(goCmd); err != nil {
+		return "", nil
+	}
+	return goCmd, nil
+}
+
+func runsHere(bp ocispec.Platform) bool {
+	return runtime.GOOS == "linux" && config.FormatPlatform(bp) == config.FormatPlatform(hostPlatform())
+}
+
+func (s *Session) Close() {
+	if s.vendor != nil {
+		s.vendor.Close()
+	}
+	s.daemon.Close()
+}
+
+// sawOutputs notes outputs as this build wrote or found them.
+func (s *Session) sawOutputs(r uptodate.OutputRecord) {
+	if s.outputs == nil {
+		s.outputs = map[string]uptodate.FileStat{}
+	}
+	maps.Copy(s.outputs, r.Files)
+}
+
+func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
+	mounts := s.Golang.SourceMounts()
+	if s.vendor != nil {
+		mounts[golang.LocalVendor] = s.vendor
+	}
+	return buildkit.SolveOptions{Locals: s.locals, Mounts: mounts, Progress: s.mode, Out: s.out,
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint}
+}
+
+func workerPlatform(ctx context.Context, d *buildkit.Daemon) (ocispec.Platform, error) {
+	workers, err := d.ListWorkers(ctx)
+	if err != nil {
+		return ocispec.Platform{}, fmt.Errorf("list BuildKit workers at %s: %w", d.Address, err)
+	}
+	if len(workers) == 0 || len(workers[0].Platforms) == 0 {
+		return ocispec.Platform{}, fmt.Errorf("BuildKit at %s has no worker; check its configuration", d.Address)
+	}
+	return workers[0].Platforms[0], nil
+}
+
+func dockerignore(root string) ([]string, error) {
+	f, err := os.Open(filepath.Join(root, ".dockerignore"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	return patterns, nil
+}
+
+// ImageResult is one exported image.
+type ImageResult struct {
+	Name      string   `json:"name"`
+	Ref       string   `json:"ref"`
+	Digest    string   `json:"digest"`
+	Path      string   `json:"path"`
+	Platforms []string `json:"platforms"`
+	// Kept is true when the tarball written before was made from the same
+	// inputs, so the image was neither built nor exported.
+	Kept bool `json:"kept,omitempty"`
+}
+
+// ImagesOutcome is what Images built and which steps ran.
+type ImagesOutcome struct {
+	Images []ImageResult
+	buildkit.Steps
+	// Checks are the quick checks run on the new images.
+	Checks *verify.Report
+	// Explanations say which steps ran and why.
+	Explanations []explain.Explanation
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *GoCacheResult
+}
+
+// Images builds every planned image and writes each as an OCI layout
+// tarball under <out>/images/<name>.oci.tar.
+func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	if r, dir, ok := noopOutcome(opts, "images"); ok {
+		return r.images(opts, dir)
+	}
+	began := startNoop(opts, "images")
+	clock := began
+	if !clock.OK {
+		clock = sessionStart(opts)
+	}
+	s, err := startAt(ctx, opts, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	s.began = began
+	noopInputs := s.statNoopInputs(opts, "images")
+	defer noopInputs.wait()
+	out, err := s.images(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if out.Checks == nil || out.Checks.Failed() == 0 {
+		r := noopResult{Images: out.Images}
+		var outputs []string
+		for _, img := range out.Images {
+			outputs = append(outputs, img.Path)
+		}
+		if !opts.SkipChecks {
+			outputs = append(outputs, checkedMarker(opts, s.Plan))
+		}
+		for _, st := range out.Steps {
+			r.Steps = append(r.Steps, st.Name)
+		}
+		for _, e := range out.Explanations {
+			r.Tracked = append(r.Tracked, e.Step)
+		}
+		s.recordNoop(noopInputs, outputs, r)
+	}
+	return out, nil
+}
+
+func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	outDir := opts.OutDirFor(s.Plan.Root)
+	dir := filepath.Join(outDir, "images")
+	inputs, err := s.inputs(outDir)
+	if err != nil {
+		return nil, err
+	}
+	done := readOutputs(outDir)
+	out := &ImagesOutcome{Images: make([]ImageResult, len(s.Plan.Images))}
+	keys := make([]string, len(s.Plan.Images))
+	var jobs []buildkit.Job
+	var solved []int
+	for i, img := range s.Plan.Images {
+		dest := filepath.Join(dir, img.Name+".oci.tar")
+		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
+		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
+		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
+		if r, ok := done.Current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (uptodate.FileStat{}) {
+			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
+			s.sawOutputs(r)
+			continue
+		}
+		solved = append(solved, i)
+		jobs = append(jobs, buildkit.Job{
+			Name:          img.Name,
+			Build:         s.Build(img),
+			FrontendAttrs: map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")},
+			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: attrs},
+			Dest:          dest,
+		})
+	}
+	if len(jobs) > 0 {
+		outcome, err := s.SolveImages(ctx, jobs)
+		if err != nil {
+			return nil, err
+		}
+		out.Steps = outcome.Steps
+		for j, r := range outcome.Results {
+			i := solved[j]
+			out.Images[i].Digest, out.Images[i].Path = r.Digest, r.Dest
+			s.sawOutputs(done.Set("image "+s.Plan.Images[i].Name, s.recordable(keys[i]), r.Digest, []string{r.Dest}))
+		}
+		if err := done.Write(); err != nil {
+			return nil, err
+		}
+	}
+	s.saveSourceHashes()
+	// The steps of images kept as they were are reused, for explain.
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		if !slices.ContainsFunc(out.Steps, func(st buildkit.Step) bool { return st.Name == name }) {
+			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})
+		}
+	}
+	if !opts.SkipChecks {
+		if out.Checks, err = quickChecksOnce(opts, s.Plan, out.Images); err != nil {
+			return nil, err
+		}
+		marker := checkedMarker(opts, s.Plan)
+		if st, ok := uptodate.StatFile(marker); ok {
+			s.sawOutputs(uptodate.OutputRecord{Files: map[string]uptodate.FileStat{marker: st}})
+		}
+	}
+	if out.Explanations, err = record(opts, s.Plan, inputs, out.Steps); err != nil {
+		return nil, err
+	}
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// recordable is the key to record outputs under: one no build matches when
+// a vendored file changed so lately that the build may not have built what
+// the key names. The record stays, for how the files were written.
+func (s *Session) recordable(key string) string {
+	if s.vendor.ChangedLately() {
+		return "unconfirmed " + key
+	}
+	return key
+}
+
+// mayReuse says whether outputs written by an earlier build with the same
+// inputs may stand in for this build's: not when the caller asked for a
+// rebuild, when every step must re-run, or when the solve has side effects
+// beside the outputs (layer cache and Go cache exports, traced compiles).
+// Every build records its outputs' key all the same: the bytes are the same.
+func (s *Session) mayReuse(opts Options) bool {
+	return !opts.Rebuild && !s.NoCache && !s.Golang.TraceCompiles && len(s.cacheTo) == 0 && s.goCacheTo == ""
+}
+
+// inputs are what each tracked step of this build depends on.
+func (s *Session) inputs(outDir string) (explain.Inputs, error) {
+	defs, err := s.Graph.Definitions()
+	if err != nil {
+		return nil, err
+	}
+	s.hashes = s.loading.Take(sourceHashesPath(outDir), s.Plan.Root, s.clock)
+	var files []string
+	for _, b := range s.Plan.Binaries {
+		files = append(files, b.Files...)
+	}
+	slices.Sort(files)
+	s.hashes.Prestat(slices.Compact(files))
+	return explain.Collect(s.Plan, defs, s.hashes.Hash)
+}
+
+// saveSourceHashes keeps the digests inputs read, once the build has
+// written its outputs: a failed build leaves nothing in the output folder.
+func (s *Session) saveSourceHashes() {
+	if s.hashes != nil {
+		s.hashes.Save()
+	}
+}
+
+// assembleSteps are the steps that put an image together, one per platform;
+// their inputs hold those of every binary in the image.
+func assembleSteps(img plan.Image) []string {
+	var steps []string
+	for _, target := range img.Targets {
+		steps = append(steps, image.AssembleStepName(img.Name, target))
+	}
+	return steps
+}
+
+// BinariesOutcome is where Binaries wrote and which steps ran.
+type BinariesOutcome struct {
+	Dir string
+	// Kept is true when the binaries written before were made from the same
+	// inputs, so nothing was built.
+	Kept bool
+	buildkit.Steps
+	// Sent are the files the daemon sent, the binaries whose bytes changed;
+	// the others were kept from the last build.
+	Sent []string
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *GoCacheResult
+}
+
+// Binaries builds every configured binary for every platform and writes
+// them to <out>/bin/<os>_<arch>/<name>.
+func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
+	if r, _, ok := noopOutcome(opts, "binaries"); ok {
+		return &BinariesOutcome{Dir: r.Dir, Kept: true, Steps: r.steps()}, nil
+	}
+	began := startNoop(opts, "binaries")
+	clock := began
+	if !clock.OK {
+		clock = sessionStart(opts)
+	}
+	s, err := startAt(ctx, opts, clock)
+	if err != nil {
+		return nil, err
+	}
+	s.began = began
+	noopInputs := s.statNoopInputs(opts, "binaries")
+	defer noopInputs.wait()
+	defer s.Close()
+	var files []FileCopy
+	var links, built, written []string
+	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
+	for _, target := range s.Plan.Platforms {
+		for _, b := range s.Plan.Binaries {
+			// Straight from the go build's output of this binary: a step
+			// per binary that copies it out first would only add a round
+			// trip per file.
+			step, path := s.Linked(b.Name, target)
+			to := golang.BinaryPath(b, target)
+			files = append(files, FileCopy{From: step, Src: path, Dest: to})
+			links = append(links, golang.LinkStepName(b.Name, target))
+			written = append(written, filepath.Join(dest, to))
+		}
+		built = append(built, golang.PackageStepName(target))
+	}
+	inputs, err := s.inputs(opts.OutDirFor(s.Plan.Root))
+	if err != nil {
+		return nil, err
+	}
+	done := readOutputs(opts.OutDirFor(s.Plan.Root))
+	key, _ := uptodate.OutputKey("binaries", dest, inputs, links, written...)
+	out := &BinariesOutcome{Dir: dest}
+	recorded := noopResult{Dir: dest, Steps: built}
+	if r, ok := done.Current("binaries", key); ok && s.mayReuse(opts) {
+		s.sawOutputs(r)
+		out.Kept, out.Steps = true, recorded.steps()
+		s.saveSourceHashes()
+		s.recordNoop(noopInputs, written, recorded)
+		return out, nil
+	}
+	if out.Steps, out.Sent, err = s.ExportFiles(ctx, "binaries", files, dest, done.Written("binaries")); err != nil {
+		return nil, err
+	}
+	s.sawOutputs(done.Set("binaries", s.recordable(key), "", written))
+	if err := done.Write(); err != nil {
+		return nil, err
+	}
+	s.saveSourceHashes()
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
+			return nil, err
+		}
+	}
+	s.recordNoop(noopInputs, written, recorded)
+	return out, nil
+}
+
+// FileCopy is one file of a directory export. When From is one output of
+// a go build step (Graph.Linked), the export must list every binary of
+// that step, as Binaries does: BuildKit keeps no result of the outputs a
+// solve did not ask for, and a later solve would run the step again.
+type FileCopy struct {
+	From      llb.State
+	Src, Dest string
+}
+
+// readChunk is the size of one gateway read. The daemon answers up to
+// 16 MiB; four reads in flight of 2 MiB each moved two 8.9 MB binaries in
+// 75-90 ms here, where the local exporter took 110-150 ms.
+const (
+	readChunk     = 2 << 20
+	readsInFlight = 4
+)
+
+// ExportFiles solves the files and writes them into one directory at dest,
+// replacing what was there only when the solve succeeded. The files are
+// read through the gateway straight from the steps that made them: no
+// step collects them and no exporter runs. written is how kiln last wrote
+// dest's files (nil for none): a file still as written, whose source in
+// the daemon has the size and modification time it was written with
+// (kilnstep gives a binary the nanosecond of the link that made it), is
+// that link's binary, so it is not sent again but linked into the new
+// directory. An edit to one binary then moves one file per platform, not
+// all of them. A time in whole seconds (a layer from a registry cache
+// keeps no more) or a host without change times keeps nothing. sent are
+// the files of dest that were sent.
+func (s *Session) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written map[string]uptodate.FileStat) (steps buildkit.Steps, sent []string, err error) {
+	held := map[int]bool{} // files dest holds already
+	job := buildkit.Job{
+		Name: name,
+		Dest: dest,
+		Fetch: func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) (*gateway.Result, error) {
+			imports := buildkit.CacheImports(c)
+			// Files of one output (a binary of a go build) need one solve.
+			var order []digest.Digest
+			byOutput := map[digest.Digest][]int{}
+			defs := map[digest.Digest]*llb.Definition{}
+			var waitFor []llb.State
+			for i, f := range files {
+				def, err := f.From.Marshal(ctx)
+				if err != nil {
+					return nil, err
+				}
+				key := digest.FromBytes(def.Def[len(def.Def)-1])
+				if _, seen := defs[key]; !seen {
+					waitFor = append(waitFor, f.From)
+					order = append(order, key)
+				}
+				defs[key] = def
+				byOutput[key] = append(byOutput[key], i)
+			}
+			// One solve runs every step the files come from side by side,
+			// asking for every output (BuildKit keeps the result of only
+			// those a solve asked for); then each is solved again, done,
+			// one at a time. BuildKit was seen to release a step's result
+			// twice when solves sharing steps ran at once in one job, and
+			// a later step then found that mount empty.
+			if len(waitFor) > 1 {
+				def, err := image.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if _, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true}); err != nil {
+					return nil, err
+				}
+			}
+			// A layer cache export holds what the job's result holds: a
+			// merge of every output, keyed on their keys, from which a
+			// fresh daemon takes each step's result (TestRegistryLayerCache-
+			// AcrossDaemons). Made only for an export: it costs 20-40 ms,
+			// where the wait above, keyed on no content, is found done.
+			var result *gateway.Result
+			if len(s.cacheTo) > 0 {
+				def, err := llb.Merge(waitFor, llb.WithCustomNamef("[%s] outputs for the layer cache", name)).Marshal(ctx)
+				if err != nil {
+					return nil, err
+				}
+				if result, err = c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true}); err != nil {
+					return nil, err
+				}
+			}
+			var reads []reading
+			var total int64
+			for _, key := range order {
+				r, err := c.Solve(ctx, gateway.SolveRequest{Definition: defs[key].ToPB(), CacheImports: imports})
+				if err != nil {
+					return nil, err
+				}
+				ref, err := r.SingleRef()
+				if err != nil {
+					return nil, err
+				}
+				for _, i := range byOutput[key] {
+					st, err := ref.StatFile(ctx, gateway.StatRequest{Path: files[i].Src})
+					if err != nil {
+						return nil, err
+					}
+					if !os.FileMode(st.Mode).IsRegular() {
+						return nil, fmt.Errorf("%s: %s is not a regular file (%v)", name, files[i].Src, os.FileMode(st.Mode).Type())
+					}
+					if was, ok := asWritten(filepath.Join(dest, files[i].Dest), written); ok && st.Size == was.Size && st.ModTime == was.ModTime {
+						held[i] = true
+						continue
+					}
+					reads = append(reads, reading{ref: ref, src: files[i].Src, dest: files[i].Dest, size: st.Size, modTime: st.ModTime})
+					total += st.Size
+				}
+			}
+			if len(reads) == 0 {
+				return result, nil
+			}
+			progress := buildkit.NewSending(send, fmt.Sprintf("sending %d files to %s", len(reads), dest), total)
+			err = readFiles(ctx, dir, dest, reads, progress)
+			progress.Finish(err)
+			return result, err
+		},
+		Complete: func(dir string) error {
+			for i := range held {
+				from, to := filepath.Join(dest, files[i].Dest), filepath.Join(dir, files[i].Dest)
+				if now, ok := uptodate.StatFile(from); !ok || now != written[from] {
+					return fmt.Errorf("%s changed while kiln built (another build writing to %s?): build again", from, dest)
+				}
+				if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+					return err
+				}
+				if err := os.Link(from, to); err != nil {
+					// No hard links there (another file system, a protected
+					// link): a copy with the same time does as well.
+					if err := copyFile(from, to); err != nil {
+						return fmt.Errorf("keep %s: %w", from, err)
+					}
+				}
+			}
+			var replaced []string
+			for i, f := range files {
+				if !held[i] {
+					replaced = append(replaced, f.Dest)
+				}
+			}
+			keepSpares(dest, replaced, files)
+			return nil
+		},
+	}
+	out, err := s.daemon.Solve(ctx, []buildkit.Job{job}, s.solveOptions(ctx))
+	if err != nil {
+		return nil, nil, err
+	}
+	for i, f := range files {
+		if !held[i] {
+			sent = append(sent, filepath.Join(dest, f.Dest))
+		}
+	}
+	return out.Steps, sent, nil
+}
+
+// asWritten is how kiln last wrote path, when the file is still so and its
+// times can tell one link's binary from another's.
+func asWritten(path string, written map[string]uptodate.FileStat) (uptodate.FileStat, bool) {
+	was, ok := written[path]
+	now, exists := uptodate.StatFile(path)
+	if !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
+		return uptodate.FileStat{}, false
+	}
+	return was, true
+}
+
+// reading is one file to read from a solved step into an export.
+type reading struct {
+	ref     gateway.Reference
+	src     string
+	dest    string
+	size    int64
+	modTime int64
+}
+
+// readFiles writes each file into dir at its dest, mode 0755, with the
+// modification time it has in BuildKit, reading readsInFlight chunks at
+// once so that the daemon reads the next while this side writes. Every
+// file is created before the first read, and every read has ended when it
+// returns. A file with a spare (keepSpares) beside dest is written into it.
+func readFiles(ctx context.Context, dir, dest string, reads []reading, progress *buildkit.Sending) error {
+	out := make([]*os.File, len(reads))
+	defer func() {
+		for _, f := range out {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	for i, r := range reads {
+		rel := exportRel(r.dest)
+		if !filepath.IsLocal(rel) {
+			return fmt.Errorf("export to %s: %s is outside it", dir, r.dest)
+		}
+		to := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+		if err != nil {
+			return err
+		}
+		if spare := takeSpare(dest, rel, to); spare != nil {
+			f.Close()
+			f = spare
+		} else if fi, err := os.Lstat(to); err != nil || !sameFile(f, fi) { // a spare moved in, then refused
+			f.Close()
+			if f, err = os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755); err != nil {
+				return err
+			}
+		}
+		out[i] = f
+		if err := f.Chmod(0o755); err != nil { // whatever the umask
+			return err
+		}
+	}
+	eg, ctx := errgroup.WithContext(ctx)
+	eg.SetLimit(readsInFlight)
+	for i, r := range reads {
+		for off := int64(0); off < r.size && ctx.Err() == nil; off += readChunk {
+			eg.Go(func() error {
+				n := min(readChunk, r.size-off)
+				dt, err := r.ref.ReadFile(ctx, gateway.ReadRequest{Filename: r.src, Range: &gateway.FileRange{Offset: int(off), Length: int(n)}})
+				if err != nil {
+					return fmt.Errorf("read %s: %w", r.src, err)
+				}
+				if int64(len(dt)) != n {
+					return fmt.Errorf("read %s: %d bytes at %d, want %d (did the step's output change?)", r.src, len(dt), off, n)
+				}
+				if _, err := out[i].WriteAt(dt, off); err != nil {
+					return err
+				}
+				progress.Add(n)
+				return nil
+			})
+		}
+	}
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	for i, r := range reads {
+		f := out[i]
+		out[i] = nil
+		if err := f.Truncate(r.size); err != nil { // a spare may be longer
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		t := time.Unix(0, r.modTime)
+		if err := os.Chtimes(f.Name(), t, t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copyFile copies a file with its mode and modification time.
+func copyFile(from, to string) error {
+	src, err := os.Open(from)
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	fi, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	dst, err := os.OpenFile(to, os.O_CREATE|os.O_EXCL|os.O_WRONLY, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		return err
+	}
+	if err := dst.Close(); err != nil {
+		return err
+	}
+	return os.Chtimes(to, fi.ModTime(), fi.ModTime())
+}
+
+// goCacheKeys reads the pinned snapshot key (-gocachekey, else
+// cache.gocacheKey) and, when publishing, the signing key of SigningKeyEnv,
+// which must match the pinned one.
+func goCacheKeys(opts Options, cfg *config.Config, publishing bool) (ed25519.PublicKey, ed25519.PrivateKey, error) {
+	var pinned ed25519.PublicKey
+	if path := firstOf(opts.GoCacheKey, cfg.Cache.GoCacheKey); path != "" {
+		var err error
+		if pinned, err = config.ReadPublicKey(path); err != nil {
+			return nil, nil, fmt.Errorf("cache.gocacheKey: %w", err)
+		}
+	}
+	path := os.Getenv(SigningKeyEnv)
+	if !publishing || path == "" {
+		if publishing && pinned != nil {
+			return nil, nil, fmt.Errorf("%s: cache.gocacheKey pins a key, so published snapshots must be signed: set %s to the matching ed25519 private key (PEM)", config.File, SigningKeyEnv)
+		}
+		return pinned, nil, nil
+	}
+	signing, err := config.ReadPrivateKey(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", SigningKeyEnv, err)
+	}
+	if pinned != nil && !pinned.Equal(signing.Public()) {
+		return nil, nil, fmt.Errorf("%s=%s does not match the public key cache.gocacheKey pins", SigningKeyEnv, path)
+	}
+	return pinned, signing, nil
+}
+
+// exportRel is a file's path in an export's folder, from its FileCopy.Dest.
+func exportRel(dest string) string { return strings.TrimPrefix(filepath.ToSlash(dest), "/") }
+
+func sameFile(f *os.File, fi os.FileInfo) bool {
+	open, err := f.Stat()
+	return err == nil && os.SameFile(open, fi)
+}
