@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/config"
 )
 
@@ -37,7 +37,7 @@ func write(r *Report, dir string) ([]string, error) {
 		r.WriteSVG,
 	}
 	for i, f := range files {
-		if err := buildkit.WriteAtomic(f, writers[i]); err != nil {
+		if err := atomicfile.Write(f, writers[i]); err != nil {
 			return nil, err
 		}
 	}

@@ -10,8 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/kiln-build/kiln/internal/config"
 	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/config"
 )
 
 // Status writes the daemon's address, version, workers and disk use by kind.

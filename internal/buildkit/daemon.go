@@ -24,6 +24,8 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/atomicfile"
 )
 
 // Version is the buildkitd kiln manages; tools/buildkitd.mod pins the same.
@@ -212,7 +214,7 @@ func (m *Managed) connect(ctx context.Context, wait time.Duration) (*client.Clie
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return nil, lastErr
 		}
-		if pid, ok := m.PID(); ok && !alive(pid) && time.Since(deadline.Add(-wait)) > time.Second {
+		if pid, ok := m.PID(); ok && !atomicfile.Alive(pid) && time.Since(deadline.Add(-wait)) > time.Second {
 			return nil, fmt.Errorf("buildkitd (pid %d) exited", pid)
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -235,7 +237,7 @@ func (m *Managed) PID() (int, bool) {
 // directory counts, so kiln never signals anyone else's process.
 func (m *Managed) Running() (int, bool) {
 	pid, ok := m.PID()
-	return pid, ok && alive(pid) && m.owns(pid)
+	return pid, ok && atomicfile.Alive(pid) && m.owns(pid)
 }
 
 // owns reports whether pid is this Managed's buildkitd: a buildkitd kiln
@@ -273,22 +275,6 @@ func (m *Managed) exe(pid int) (string, bool) {
 }
 
 func (m *Managed) stateDir() string { return filepath.Join(m.Dir, "state") }
-
-// alive reports whether pid runs. A zombie is dead: the daemon stays one
-// when the process that started it is still running and never reaps it.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	if i := bytes.LastIndexByte(stat, ')'); i >= 0 && i+2 < len(stat) {
-		return stat[i+2] != 'Z'
-	}
-	return true
-}
 
 // EnsureBinary builds buildkitd from kiln's tools module into the cache once. A
 // lock in the cache makes concurrent callers (daemons with other state
@@ -517,14 +503,14 @@ func (m *Managed) Stop(ctx context.Context) (bool, error) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		return false, fmt.Errorf("stop buildkitd (pid %d): %w", pid, err)
 	}
-	for i := 0; i < 100 && alive(pid); i++ {
+	for i := 0; i < 100 && atomicfile.Alive(pid); i++ {
 		select {
 		case <-ctx.Done():
 			return false, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	if alive(pid) {
+	if atomicfile.Alive(pid) {
 		m.kill(pid)
 	}
 	os.Remove(m.pidFile())
@@ -533,7 +519,7 @@ func (m *Managed) Stop(ctx context.Context) (bool, error) {
 
 func (m *Managed) kill(pid int) {
 	syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 50 && alive(pid); i++ {
+	for i := 0; i < 50 && atomicfile.Alive(pid); i++ {
 		time.Sleep(100 * time.Millisecond)
 	}
 }

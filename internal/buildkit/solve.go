@@ -10,8 +10,6 @@ import (
 	gofs "io/fs"
 	"maps"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +25,8 @@ import (
 	fstypes "github.com/tonistiigi/fsutil/types"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/kiln-build/kiln/internal/atomicfile"
 )
 
 // Job is one solve: a gateway build function and where its result goes.
@@ -179,7 +179,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 			exp = client.ExportEntry{}
 		}
 		if job.Dest != "" {
-			if tmp, err = tempFor(job.Dest, exp.Type == client.ExporterLocal || job.Fetch != nil); err != nil {
+			if tmp, err = atomicfile.Temp(job.Dest, exp.Type == client.ExporterLocal || job.Fetch != nil); err != nil {
 				cleanup()
 				close(statusCh)
 				<-displayDone
@@ -281,7 +281,7 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				return nil, err
 			}
 		}
-		if err := Replace(temps[i], job.Dest); err != nil {
+		if err := atomicfile.Replace(temps[i], job.Dest); err != nil {
 			cleanup()
 			return nil, err
 		}
@@ -353,77 +353,6 @@ func JobCacheRef(ref, job string) string {
 	return ref + ":" + job
 }
 
-// sweep removes the temporary outputs of writers that died (a SIGKILL, a
-// power cut) before renaming them: those whose pid no longer runs.
-func sweep(dir, prefix string) {
-	matches, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
-	for _, m := range matches {
-		pidText, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(m), prefix), "-")
-		if pid, err := strconv.Atoi(pidText); err == nil && pid > 0 && !alive(pid) {
-			os.RemoveAll(m)
-		}
-	}
-}
-
-// tempFor reserves a temporary name beside dest, on the same file system,
-// so the final rename is atomic.
-func tempFor(dest string, isDir bool) (string, error) {
-	dir := filepath.Dir(dest)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	prefix := "." + filepath.Base(dest) + ".tmp-"
-	sweep(dir, prefix)
-	// The pid in the name tells a later run whether its writer is gone.
-	pattern := prefix + strconv.Itoa(os.Getpid()) + "-*"
-	if isDir {
-		return os.MkdirTemp(dir, pattern)
-	}
-	f, err := os.CreateTemp(dir, pattern)
-	if err != nil {
-		return "", err
-	}
-	f.Close()
-	return f.Name(), nil
-}
-
-// Replace moves a finished output into place. A directory replaces the old
-// one as a whole: old output is kept aside until the new one is in.
-func Replace(tmp, dest string) error {
-	fi, err := os.Stat(tmp)
-	if err != nil {
-		return err
-	}
-	// Temporary names are created 0600/0700; outputs are for everyone to
-	// read, as go build's are.
-	if !fi.IsDir() {
-		if err := os.Chmod(tmp, 0o644); err != nil {
-			return err
-		}
-		return os.Rename(tmp, dest)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil {
-		return err
-	}
-	old := ""
-	if _, err := os.Stat(dest); err == nil {
-		old = tmp + ".old"
-		if err := os.Rename(dest, old); err != nil {
-			return err
-		}
-	}
-	if err := os.Rename(tmp, dest); err != nil {
-		if old != "" {
-			os.Rename(old, dest)
-		}
-		return err
-	}
-	if old != "" {
-		return os.RemoveAll(old)
-	}
-	return nil
-}
-
 // explain turns a solve error into one message: a vanished daemon is named as
 // such, and a failed step shows its own output, not the whole build's.
 func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs, hint func(string) string) error {
@@ -433,10 +362,10 @@ func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs, hint 
 	if d.Managed != nil {
 		pid, ok := d.Managed.PID()
 		// The connection can drop before the killed process is gone.
-		for i := 0; ok && alive(pid) && i < 40; i++ {
+		for i := 0; ok && atomicfile.Alive(pid) && i < 40; i++ {
 			time.Sleep(50 * time.Millisecond)
 		}
-		if ok && !alive(pid) {
+		if ok && !atomicfile.Alive(pid) {
 			return fmt.Errorf("the managed buildkitd (pid %d) died during the build; the next run restarts it\n%s", pid, tail(d.Managed.LogFile(), 10))
 		}
 	}
@@ -544,31 +473,6 @@ func (v *vertexLogs) failed() (string, string) {
 		out += "\n"
 	}
 	return v.names[dg], out + v.errs[dg]
-}
-
-// WriteAtomic writes a file under a temporary name in its directory and
-// renames it into place, so readers see the old file or the whole new one.
-func WriteAtomic(path string, write func(io.Writer) error) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	name, err := tempFor(path, false)
-	if err != nil {
-		return err
-	}
-	defer os.Remove(name)
-	f, err := os.OpenFile(name, os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return Replace(f.Name(), path)
 }
 
 // alreadyExported answers the daemon's tarball stream with AlreadyExists,

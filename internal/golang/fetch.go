@@ -23,7 +23,7 @@ import (
 	"github.com/moby/buildkit/session/secrets/secretsprovider"
 	"github.com/moby/buildkit/session/sshforward/sshprovider"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -427,7 +427,7 @@ func writeVCSToolsIndex(path string, idx vcsToolsIndex) {
 	}
 	// The index only saves time: a failed write leaves the next build to
 	// find the files again.
-	buildkit.WriteAtomic(path, func(w io.Writer) error {
+	atomicfile.Write(path, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})

@@ -186,7 +186,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		// sharing steps ran at once in one job, and a later step found that
 		// mount empty.
 		if s.NoCache && len(states) > 1 {
-			def, err := s.marshal(ctx, Together(fmt.Sprintf("[%s] wait for every platform", img.Name), states...))
+			def, err := s.marshal(ctx, buildkit.Together(fmt.Sprintf("[%s] wait for every platform", img.Name), states...))
 			if err != nil {
 				return nil, err
 			}
@@ -242,21 +242,6 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		res.AddMeta(exptypes.ExporterPlatformsKey, dt)
 		return res, nil
 	}
-}
-
-// Together is an empty state that depends on every one of states without
-// copying from them: solving it runs their steps side by side, in one solve.
-func Together(name string, states ...llb.State) llb.State {
-	none := &llb.CopyInfo{AllowWildcard: true, AllowEmptyWildcard: true}
-	var fa *llb.FileAction
-	for _, st := range states {
-		if fa == nil {
-			fa = llb.Copy(st, "/.kiln-nothing-*", "/", none)
-		} else {
-			fa = fa.Copy(st, "/.kiln-nothing-*", "/", none)
-		}
-	}
-	return llb.Scratch().File(fa, llb.WithCustomName(name))
 }
 
 // marshal is st's definition; under NoCache every vertex no earlier job

@@ -12,10 +12,10 @@ import (
 	"github.com/moby/buildkit/solver/pb"
 	"github.com/opencontainers/go-digest"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 

@@ -18,11 +18,11 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 )
 
@@ -235,7 +235,7 @@ func exportImageBinaries(ctx context.Context, s *session.Session) (string, error
 	if err != nil {
 		return "", err
 	}
-	var files []session.FileCopy
+	var files []buildkit.FileCopy
 	seen := map[string]bool{}
 	for _, img := range s.Plan.Images {
 		for _, target := range img.Targets {
@@ -243,7 +243,7 @@ func exportImageBinaries(ctx context.Context, s *session.Session) (string, error
 				dest := "/" + strings.ReplaceAll(config.FormatPlatform(target), "/", "-") + "/" + b
 				if !seen[dest] {
 					seen[dest] = true
-					files = append(files, session.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
+					files = append(files, buildkit.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
 				}
 			}
 		}

@@ -11,9 +11,9 @@ import (
 	"github.com/moby/buildkit/client"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/containerd"
+	"github.com/kiln-build/kiln/internal/session"
 )
 
 // LoadOptions say where images are loaded.

@@ -9,8 +9,8 @@ import (
 	"github.com/distribution/reference"
 	"github.com/moby/buildkit/client"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/session"
 )
 
 // RegistryEnv names the registry to push to when no flag does.

@@ -13,10 +13,11 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 )
 
@@ -138,7 +139,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 // SHA256SUMS file and its signature (SHA256SUMS.sig, for cosign
 // verify-blob); the directory appears whole or not at all.
 func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, signer *sign.Signer) error {
-	var files []session.FileCopy
+	var files []buildkit.FileCopy
 	var targets []ocispec.Platform
 	for _, a := range sum.Assets {
 		target, err := config.ParsePlatform(a.Platform)
@@ -149,7 +150,7 @@ func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, s
 		targets = append(targets, target)
 	}
 	for i, a := range sum.Assets {
-		files = append(files, session.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
+		files = append(files, buildkit.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
 	}
 	work := sum.AssetsDir + ".work"
 	os.RemoveAll(work)
@@ -183,7 +184,7 @@ func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, s
 		os.RemoveAll(work)
 		return err
 	}
-	if err := buildkit.Replace(work, sum.AssetsDir); err != nil {
+	if err := atomicfile.Replace(work, sum.AssetsDir); err != nil {
 		os.RemoveAll(work)
 		return err
 	}

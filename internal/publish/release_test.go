@@ -20,9 +20,9 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	spdxjson "github.com/spdx/tools-golang/json"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )

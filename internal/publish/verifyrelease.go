@@ -15,11 +15,11 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/verify"
 )

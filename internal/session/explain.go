@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/plan"
@@ -48,7 +49,7 @@ func record(opts Options, p *plan.Plan, inputs explain.Inputs, steps buildkit.St
 			return nil, err
 		}
 	}
-	if err := buildkit.WriteAtomic(filepath.Join(dir, lastBuild), func(f io.Writer) error { return json.NewEncoder(f).Encode(now) }); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, lastBuild), func(f io.Writer) error { return json.NewEncoder(f).Encode(now) }); err != nil {
 		return nil, err
 	}
 	return explain.Explain(now, prev), nil

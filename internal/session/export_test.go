@@ -19,6 +19,3 @@ func AnsweredAsNoop(opts Options, kind string) bool {
 
 // KeptStepTool says whether dir holds a kilnstep kiln would use.
 var KeptStepTool = keptStepTool
-
-// ReadChunk is the size of one gateway read of an export.
-const ReadChunk = readChunk

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/explain"
@@ -334,7 +335,7 @@ func (s *Session) recordNoop(in *noopInputs, outputs []string, outcome noopResul
 	if rec.Outcome, err = json.Marshal(outcome); err != nil {
 		return
 	}
-	buildkit.WriteAtomic(in.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(rec) })
+	atomicfile.Write(in.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(rec) })
 }
 
 // images is a no-op images build's outcome: every image kept, every step
@@ -352,7 +353,7 @@ func (r *noopResult) images(opts Options, explainIn string) (*ImagesOutcome, err
 	for _, name := range r.Tracked {
 		out.Explanations = append(out.Explanations, explain.Explanation{Step: name})
 	}
-	if err := buildkit.WriteAtomic(filepath.Join(explainIn, noopMarker), func(io.Writer) error { return nil }); err != nil {
+	if err := atomicfile.Write(filepath.Join(explainIn, noopMarker), func(io.Writer) error { return nil }); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/distribution/reference"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 )
@@ -73,7 +74,7 @@ func PinBases(ctx context.Context, opts Options) ([]Pinned, error) {
 			return nil, fmt.Errorf("%s: base: not on a line of its own (base: REF); pin it by hand: %s", rel, reference.FamiliarString(pinned))
 		}
 		data = append(append(bytes.Clone(data[:m[2]]), []byte(reference.FamiliarString(pinned))...), data[m[3]:]...)
-		if err := buildkit.WriteAtomic(path, func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
+		if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
 			return nil, err
 		}
 		out = append(out, Pinned{File: rel, From: doc.Base, To: reference.FamiliarString(pinned)})

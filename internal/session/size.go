@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/verify"
@@ -34,13 +35,13 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 	defer s.Close()
 	dir := filepath.Join(opts.OutDirFor(s.Plan.Root), sizeDir)
 	work := filepath.Join(dir, sizeBinDir)
-	var files []FileCopy
+	var files []buildkit.FileCopy
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
 			pd := golang.PlatformDir(target)
 			files = append(files,
-				FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/stripped/" + pd + "/" + b.Name},
-				FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
+				buildkit.FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/stripped/" + pd + "/" + b.Name},
+				buildkit.FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
 		}
 	}
 	if _, _, err := s.ExportFiles(ctx, "size", files, work, nil); err != nil {
@@ -74,14 +75,14 @@ func Size(ctx context.Context, opts Options) (*verify.SizeReport, error) {
 		return nil, err
 	}
 	report.CompareTo(prev)
-	if err := buildkit.WriteAtomic(filepath.Join(dir, sizeJSON), func(f io.Writer) error {
+	if err := atomicfile.Write(filepath.Join(dir, sizeJSON), func(f io.Writer) error {
 		enc := json.NewEncoder(f)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
 	}); err != nil {
 		return nil, err
 	}
-	if err := buildkit.WriteAtomic(filepath.Join(dir, sizeSVG), func(f io.Writer) error { return report.WriteSVG(f) }); err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, sizeSVG), func(f io.Writer) error { return report.WriteSVG(f) }); err != nil {
 		return nil, err
 	}
 	return report, nil

@@ -13,7 +13,7 @@ import (
 
 	"github.com/containerd/log"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/verify"
@@ -144,7 +144,7 @@ func quickChecksOnce(opts Options, p *plan.Plan, images []ImageResult) (*verify.
 		return nil, err
 	}
 	if report.Failed() == 0 {
-		if err := buildkit.WriteAtomic(marker, func(f io.Writer) error { _, err := io.WriteString(f, key.String()); return err }); err != nil {
+		if err := atomicfile.Write(marker, func(f io.Writer) error { _, err := io.WriteString(f, key.String()); return err }); err != nil {
 			return nil, err
 		}
 	}

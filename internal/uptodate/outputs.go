@@ -10,7 +10,7 @@ import (
 	"os"
 	"slices"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/explain"
 )
 
@@ -115,5 +115,5 @@ func (u *Outputs) Set(name, key, digest string, files []string) OutputRecord {
 
 // Write replaces the record file.
 func (u *Outputs) Write() error {
-	return buildkit.WriteAtomic(u.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(u.records) })
+	return atomicfile.Write(u.path, func(w io.Writer) error { return json.NewEncoder(w).Encode(u.records) })
 }

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/explain"
 )
 
@@ -151,7 +151,7 @@ func (h *SourceHashes) Hash(rel string) (string, error) {
 // Save records this build's digests; a build that could not write it
 // reads every file next time.
 func (h *SourceHashes) Save() {
-	buildkit.WriteAtomic(h.path, func(w io.Writer) error {
+	atomicfile.Write(h.path, func(w io.Writer) error {
 		return json.NewEncoder(w).Encode(sourceHashesRecord{RecordedAt: h.began, Files: h.now})
 	})
 }

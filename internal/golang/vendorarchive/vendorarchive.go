@@ -25,7 +25,7 @@ import (
 	"github.com/tonistiigi/fsutil"
 	"github.com/tonistiigi/fsutil/types"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/uptodate"
 )
@@ -166,7 +166,7 @@ func vendorArchive(ctx context.Context, root string, files []string, cache strin
 		return "", false, err
 	}
 	if _, err := os.Stat(filepath.Join(base, "root")); err != nil {
-		if err := buildkit.WriteAtomic(filepath.Join(base, "root"), func(w io.Writer) error {
+		if err := atomicfile.Write(filepath.Join(base, "root"), func(w io.Writer) error {
 			_, err := io.WriteString(w, root)
 			return err
 		}); err != nil {
@@ -196,7 +196,7 @@ func vendorArchive(ctx context.Context, root string, files []string, cache strin
 		os.Chtimes(dir, start, start)
 	}
 	if !racy {
-		if err := buildkit.WriteAtomic(record, func(w io.Writer) error {
+		if err := atomicfile.Write(record, func(w io.Writer) error {
 			_, err := io.WriteString(w, archived+" "+sum)
 			return err
 		}); err != nil {

@@ -1,4 +1,4 @@
-package buildkit
+package atomicfile
 
 import (
 	"io"
@@ -19,7 +19,7 @@ func TestTempOutputsOfDeadWritersAreSwept(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := WriteAtomic(dest, func(w io.Writer) error { _, err := w.Write([]byte("whole")); return err }); err != nil {
+	if err := Write(dest, func(w io.Writer) error { _, err := w.Write([]byte("whole")); return err }); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dead); !os.IsNotExist(err) {
