@@ -21,10 +21,11 @@ import (
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/session"
 )
 
 // Options configure a bench run.
@@ -241,7 +242,7 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		}
 	}()
 
-	d, err := buildkit.Connect(ctx, kilnRoot)
+	d, err := managed.Connect(ctx, kilnRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -658,7 +659,7 @@ func (r *runner) goCacheSize() int64 {
 
 func (r *runner) prune(ctx context.Context, cacheMounts bool) error {
 	if !cacheMounts {
-		return buildkit.PruneUnkept(ctx, r.daemon, nil) // what `mage buildkit:prune` keeps
+		return managed.PruneUnkept(ctx, r.daemon, nil) // what `mage buildkit:prune` keeps
 	}
 	return r.daemon.Prune(ctx, nil, client.PruneAll)
 }

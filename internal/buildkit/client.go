@@ -23,33 +23,20 @@ import (
 // HostEnv is the ecosystem's variable naming a BuildKit daemon.
 const HostEnv = "BUILDKIT_HOST"
 
+// Local is a daemon kiln started on this machine (package managed).
+type Local interface {
+	// PID is the daemon's process id, false when it has none.
+	PID() (int, bool)
+	// LogFile is the daemon's log.
+	LogFile() string
+}
+
 // Daemon is a connected BuildKit daemon.
 type Daemon struct {
 	*client.Client
 	Address string
 	// Managed is set when kiln started (or reuses) the local daemon.
-	Managed *Managed
-}
-
-// Connect dials BUILDKIT_HOST when it is set, and otherwise the managed
-// local daemon, starting it if needed.
-func Connect(ctx context.Context, repoRoot string) (*Daemon, error) {
-	if addr := os.Getenv(HostEnv); addr != "" {
-		c, err := Dial(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		return &Daemon{Client: c, Address: addr}, nil
-	}
-	m, err := DefaultManaged(repoRoot)
-	if err != nil {
-		return nil, err
-	}
-	c, err := m.Ensure(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &Daemon{Client: c, Address: m.Address(), Managed: m}, nil
+	Managed Local
 }
 
 // PlaintextEnv allows a tcp:// daemon off this machine without TLS.

@@ -165,7 +165,7 @@ func CheckCacheBackend(entries []client.CacheOptionsEntry, flag, name string) er
 	source := cacheSource(flag, name)
 	for _, e := range entries {
 		if !slices.Contains(managedCacheTypes, e.Type) && os.Getenv(HostEnv) == "" {
-			return fmt.Errorf("%s: a %s cache needs a BuildKit daemon that has that backend, and kiln's managed buildkitd has only %s (tools/buildkitd.patch): set %s to such a daemon", source, e.Type, strings.Join(managedCacheTypes, ", "), HostEnv)
+			return fmt.Errorf("%s: a %s cache needs a BuildKit daemon that has that backend, and kiln's managed buildkitd has only %s (managed/tools/buildkitd.patch): set %s to such a daemon", source, e.Type, strings.Join(managedCacheTypes, ", "), HostEnv)
 		}
 	}
 	return nil

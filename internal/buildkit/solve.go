@@ -366,7 +366,7 @@ func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs, hint 
 			time.Sleep(50 * time.Millisecond)
 		}
 		if ok && !atomicfile.Alive(pid) {
-			return fmt.Errorf("the managed buildkitd (pid %d) died during the build; the next run restarts it\n%s", pid, tail(d.Managed.LogFile(), 10))
+			return fmt.Errorf("the managed buildkitd (pid %d) died during the build; the next run restarts it\n%s", pid, Tail(d.Managed.LogFile(), 10))
 		}
 	}
 	if name, output := logs.failed(); name != "" {

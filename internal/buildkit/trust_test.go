@@ -2,7 +2,6 @@ package buildkit
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -19,25 +18,5 @@ func TestCacheDirOthersCanWriteIsRefused(t *testing.T) {
 	os.Chmod(dir, 0o700)
 	if _, err := CacheDir(); err != nil {
 		t.Errorf("a private cache: %v", err)
-	}
-}
-
-func TestACachedBinaryThatChangedIsRefused(t *testing.T) {
-	dir := t.TempDir()
-	m := &Managed{Dir: dir, BinDir: dir}
-	if err := os.WriteFile(m.Binary(), []byte("buildkitd"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.checkBinary(); !os.IsNotExist(err) {
-		t.Errorf("a binary with no recorded sha256: %v; want it treated as missing (built again)", err)
-	}
-	sum, _ := FileSHA256(m.Binary())
-	os.WriteFile(m.Binary()+".sha256", []byte(sum+"\n"), 0o644)
-	if err := m.checkBinary(); err != nil {
-		t.Errorf("the recorded binary: %v", err)
-	}
-	os.WriteFile(filepath.Join(dir, filepath.Base(m.Binary())), []byte("planted"), 0o755)
-	if err := m.checkBinary(); err == nil || !strings.Contains(err.Error(), "changed since kiln built it") {
-		t.Errorf("a replaced binary gave %v", err)
 	}
 }

@@ -15,10 +15,31 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/tonistiigi/fsutil"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
 )
+
+// ModuleLayerDir is where compile steps mount the module layer, and
+// ToolsDir where the step that builds kiln's step tool writes it. A record
+// described as a mount of one of them is that layer or that tool: prune
+// (package managed) keeps records by these names and paths.
+const (
+	ModuleLayerDir = "/go/pkg/mod"
+	ToolsDir       = "/kiln/tools"
+	// StdDir is the (empty) output of a step that compiled a platform's
+	// standard library into GOCACHE; the go build mounts it to wait for it.
+	StdDir = "/kiln/std"
+	// ToolchainStep begins the name of the step that unpacks the toolchain
+	// (the description of its record), followed by the Go version.
+	ToolchainStep = "[go] toolchain go"
+	// VendorStep names the step that unpacks a vendored build's vendor/
+	// archive.
+	VendorStep = "[go] vendor/"
+)
+
+// IsolatedCachePrefix begins the cache mount id of an isolated rebuild's
+// Go build cache (verify:repro, release:verify): a random suffix follows.
+const IsolatedCachePrefix = "kiln-repro-gocache-"
 
 // Local source names the solve must map to directories on the client, but
 // for the listed ones (LocalSources, LocalModFiles), which SourceMounts
@@ -47,7 +68,7 @@ const (
 	outDir     = "/out"
 	keepDir    = "/kiln/keep"
 	goCache    = "/root/.cache/go-build"
-	goModCache = buildkit.ModuleLayerDir // buildkit:prune keeps the layer mounted there
+	goModCache = ModuleLayerDir // buildkit:prune keeps the layer mounted there
 	caDir      = "/etc/ssl/certs"
 	// workFile is the workspace file of a go.work build.
 	workFile = srcDir + "/go.work"
@@ -86,7 +107,7 @@ func Toolchain(tc plan.Toolchain) llb.State {
 		llb.WithCustomNamef("[go] toolchain go%s archive", tc.GoVersion))
 	return llb.Scratch().File(llb.Copy(archive, "/"+ToolchainTar, "/", &llb.CopyInfo{AttemptUnpack: true}),
 		llb.WithoutExportCache(),
-		llb.WithCustomNamef("%s%s", buildkit.ToolchainStep, tc.GoVersion))
+		llb.WithCustomNamef("%s%s", ToolchainStep, tc.GoVersion))
 }
 
 // Graph holds the shared inputs of every Go step.
@@ -376,7 +397,7 @@ func (g *Graph) vendorMounts() []llb.RunOption {
 		llb.WithCustomName("[go] vendor/ archive"))
 	layer := llb.Scratch().File(llb.Copy(archive, "/"+VendorTar, "/", &llb.CopyInfo{AttemptUnpack: true}),
 		llb.WithoutExportCache(),
-		llb.WithCustomName(buildkit.VendorStep))
+		llb.WithCustomName(VendorStep))
 	return []llb.RunOption{readOnlyLayer(srcDir+"/"+VendorDir, layer)}
 }
 
@@ -585,7 +606,7 @@ func (g *Graph) goBuild(bins []plan.Binary, group int, target ocispec.Platform, 
 		extra = append(extra, llb.AddMount("/kiln/after", *after, llb.Readonly))
 	}
 	if std, ok := g.standardLibrary(target, side); ok {
-		extra = append(extra, llb.AddMount(buildkit.StdDir, std, llb.Readonly))
+		extra = append(extra, llb.AddMount(StdDir, std, llb.Readonly))
 	}
 	extra = append(extra, g.vendorMounts()...)
 	run := g.GoCommand(args, g.Sources(union), target, name, extra...)
@@ -615,7 +636,7 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 		return llb.State{}, false
 	}
 	cpus, tokens := cpuTokens(side)
-	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, buildkit.StdDir, "", strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
+	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, StdDir, "", strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
 	// -ldflags reach no compile, and they carry the commit when stamped.
 	for _, a := range g.Plan.GoEnv.BuildArgs {
 		if !strings.HasPrefix(a, "-ldflags=") {
@@ -630,7 +651,7 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 	// Only go.mod and go.work of the sources, so that go sees the build's
 	// module or workspace, and no modules.
 	run := g.goCommand(args, g.goModFiles(), nil, target, StdStepName(target), extra...)
-	return run.AddMount(buildkit.StdDir, llb.Scratch()), true
+	return run.AddMount(StdDir, llb.Scratch()), true
 }
 
 // cpuTokens is the CPUS argument of kilnstep gobuild and the mount of the

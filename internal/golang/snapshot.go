@@ -10,7 +10,6 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/plan"
 )
 
@@ -69,7 +68,7 @@ func (g *Graph) stepTool() llb.State {
 // BuildStepTool builds kilnstep for the build platform with the pinned
 // toolchain. It shares the build's GOCACHE (as it was before any seeding),
 // whose standard library packages the binaries need as well, and writes to
-// buildkit.ToolsDir, so buildkit:prune keeps it.
+// ToolsDir, so buildkit:prune keeps it.
 func (g *Graph) BuildStepTool() llb.State {
 	// Reading what go:embed holds cannot fail.
 	entries, _ := kilnstepSources.ReadDir("kilnstep")
@@ -86,7 +85,7 @@ func (g *Graph) BuildStepTool() llb.State {
 	}
 	src := llb.Scratch().File(files, llb.WithCustomName("[go] kilnstep source"))
 	run := g.base().Run(
-		llb.Args(append([]string{goroot + "/bin/go", "build", "-trimpath", "-o", buildkit.ToolsDir + "/" + StepToolFile}, names...)),
+		llb.Args(append([]string{goroot + "/bin/go", "build", "-trimpath", "-o", ToolsDir + "/" + StepToolFile}, names...)),
 		llb.Dir(srcDir),
 		llb.AddEnv("PATH", goroot+"/bin"),
 		llb.AddEnv("HOME", "/root"),
@@ -104,7 +103,7 @@ func (g *Graph) BuildStepTool() llb.State {
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName("[go] build kilnstep"),
 	)
-	return run.AddMount(buildkit.ToolsDir, llb.Scratch())
+	return run.AddMount(ToolsDir, llb.Scratch())
 }
 
 type snapshotRun struct {

@@ -19,6 +19,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
@@ -109,7 +110,7 @@ func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subje
 				ResolvedDependencies: deps,
 			},
 			RunDetails: slsa1.ProvenanceRunDetails{
-				Builder: slsa1.Builder{ID: BuilderID, Version: map[string]string{"kiln": image.KilnVersion(), "buildkit": buildkit.Version}},
+				Builder: slsa1.Builder{ID: BuilderID, Version: map[string]string{"kiln": image.KilnVersion(), "buildkit": managed.Version}},
 			},
 		},
 	}

@@ -21,6 +21,7 @@ import (
 	spdxjson "github.com/spdx/tools-golang/json"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
@@ -306,7 +307,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, u := range usage {
-		if u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, buildkit.IsolatedCachePrefix) {
+		if u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, golang.IsolatedCachePrefix) {
 			t.Errorf("release:verify left its isolated cache: %s (%d bytes)", u.Description, u.Size)
 		}
 	}

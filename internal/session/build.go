@@ -26,6 +26,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/golang"
@@ -352,7 +353,7 @@ func startAt(ctx context.Context, opts Options, clock uptodate.Clock) (*Session,
 		return nil, err
 	}
 
-	d, err := buildkit.Connect(ctx, kilnRoot)
+	d, err := managed.Connect(ctx, kilnRoot)
 	if err != nil {
 		return nil, err
 	}

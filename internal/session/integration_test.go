@@ -20,6 +20,7 @@ import (
 	"github.com/moby/buildkit/client/llb"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -517,7 +518,7 @@ func TestImagesIntegration(t *testing.T) {
 	})
 
 	t.Run("buildkit:prune keeps the module layer: only the go builds run again", func(t *testing.T) {
-		if err := buildkit.PruneUnkept(ctx, d, nil); err != nil {
+		if err := managed.PruneUnkept(ctx, d, nil); err != nil {
 			t.Fatal(err)
 		}
 		o := opts

@@ -19,6 +19,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/modfixture"
@@ -419,7 +420,7 @@ func TestModuleSources(t *testing.T) {
 		if strings.Contains(b.progress, canary) {
 			t.Error("the netrc credential reached the progress output")
 		}
-		for _, dir := range []string{b.dir, daemon.Managed.Dir} {
+		for _, dir := range []string{b.dir, daemon.Managed.(*managed.Managed).Dir} {
 			if path := fileContaining(t, dir, canary); path != "" {
 				t.Errorf("the netrc credential is in %s", path)
 			}

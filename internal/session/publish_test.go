@@ -24,6 +24,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sirupsen/logrus"
 
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/containerd"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
@@ -165,7 +166,7 @@ func TestPushToARegistry(t *testing.T) {
 			}
 		}
 		if d.Managed != nil {
-			if path, ok := testdaemon.GrepTree(d.Managed.Dir, canary); ok {
+			if path, ok := testdaemon.GrepTree(d.Managed.(*managed.Managed).Dir, canary); ok {
 				t.Errorf("the registry password is in the daemon's state or log: %s", path)
 			}
 		}

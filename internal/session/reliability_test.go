@@ -19,6 +19,7 @@ import (
 	"github.com/moby/buildkit/client"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
@@ -79,7 +80,7 @@ func hashDir(t *testing.T, dir string) map[string][32]byte {
 // mount: the next build's go build relinks every binary (its kept binaries
 // are gone) without compiling the standard library again, which leaves a
 // second or two in which a go command runs in a step.
-func pruneToGoCache(t *testing.T, m *buildkit.Managed, root string) {
+func pruneToGoCache(t *testing.T, m *managed.Managed, root string) {
 	t.Helper()
 	p, err := session.Plan(session.Options{Root: root, Platforms: "linux/amd64"})
 	if err != nil {

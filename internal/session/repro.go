@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/verify"
 )
@@ -77,7 +77,7 @@ func Repro(ctx context.Context, opts Options) (*ReproOutcome, error) {
 
 // isolated is a session on the same daemon that re-runs every step, once
 // for all its images, on an empty Go build cache of its own: its id is
-// buildkit.IsolatedCachePrefix and a random suffix, so two sessions on one
+// golang.IsolatedCachePrefix and a random suffix, so two sessions on one
 // daemon (a team's remote daemon) share no Go cache, and neither empties the
 // other's. cleanup empties it; buildkit:prune removes what an interrupted
 // session left.
@@ -86,7 +86,7 @@ func (s *Session) isolated(ctx context.Context) (*Session, func(), error) {
 	if _, err := rand.Read(suffix); err != nil {
 		return nil, nil, err
 	}
-	id := buildkit.IsolatedCachePrefix + hex.EncodeToString(suffix)
+	id := golang.IsolatedCachePrefix + hex.EncodeToString(suffix)
 	plan := *s.Plan
 	plan.Cache.GoCache = id
 	iso := &Session{Graph: image.NewGraphFrom(&plan, s.Golang.Context, s.Golang.Toolchain, s.Golang.Excludes, s.Golang.Fetch), daemon: s.daemon, locals: s.locals, mode: s.mode, out: s.out, attach: s.attach, clock: s.clock}

@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/platforms"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/plan"
@@ -144,7 +145,7 @@ func startBuildkit(t *testing.T, extra string) (*buildkit.Daemon, func()) {
 	}
 	Toolchain(t)
 	root := RepoRoot(t)
-	m, err := buildkit.DefaultManaged(root)
+	m, err := managed.DefaultManaged(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,13 +190,13 @@ func startBuildkit(t *testing.T, extra string) (*buildkit.Daemon, func()) {
 // toolchain and kilnstep are linked from the real cache instead of being
 // built again.
 // The daemon is stopped at the end.
-func ManagedCache(t *testing.T) *buildkit.Managed {
+func ManagedCache(t *testing.T) *managed.Managed {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("integration test: needs buildkitd")
 	}
 	root := RepoRoot(t)
-	real, err := buildkit.DefaultManaged(root)
+	real, err := managed.DefaultManaged(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func ManagedCache(t *testing.T) *buildkit.Managed {
 	t.Setenv("KILN_CACHE_DIR", dir)
 	t.Setenv(buildkit.HostEnv, "")
 	os.Unsetenv(buildkit.HostEnv)
-	m, err := buildkit.DefaultManaged(root)
+	m, err := managed.DefaultManaged(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +263,7 @@ func CosignKeyPair(t testing.TB, password string) string {
 // used to $KILN_TEST_DAEMON_CPU, so that CI can say which tests compile
 // the most inside BuildKit (a step's processes are reaped by runc, and runc
 // by buildkitd, so their time is in buildkitd's cutime).
-func reportCPU(m *buildkit.Managed, test string) {
+func reportCPU(m *managed.Managed, test string) {
 	out := os.Getenv("KILN_TEST_DAEMON_CPU")
 	pid, ok := m.PID()
 	if out == "" || !ok {

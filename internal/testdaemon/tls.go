@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 )
 
 // TLSDaemon is a buildkitd on 127.0.0.1 that takes only clients holding a
@@ -34,7 +34,7 @@ func TLSBuildkit(t *testing.T) *TLSDaemon {
 	if testing.Short() {
 		t.Skip("integration test: needs buildkitd")
 	}
-	m, err := buildkit.DefaultManaged(RepoRoot(t))
+	m, err := managed.DefaultManaged(RepoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,10 +17,11 @@ import (
 	"github.com/magefile/mage/mg"
 
 	"github.com/kiln-build/kiln/internal/bench"
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/cli"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/session"
 )
 
 // Images loads, smoke-runs and pushes the images.
@@ -218,7 +219,7 @@ type Buildkit mg.Namespace
 // Shows the daemon kiln would use, its workers and its disk use by kind.
 func (Buildkit) Status(ctx context.Context) error {
 	cli.Logging()
-	return buildkit.Status(ctx, ".", os.Stdout)
+	return managed.Status(ctx, ".", os.Stdout)
 }
 
 // Stops the managed buildkitd (a daemon named by BUILDKIT_HOST is left alone).
@@ -227,7 +228,7 @@ func (Buildkit) Stop(ctx context.Context) error {
 	if os.Getenv(buildkit.HostEnv) != "" {
 		return fmt.Errorf("%s is set: kiln does not stop a daemon it did not start", buildkit.HostEnv)
 	}
-	m, err := buildkit.DefaultManaged(".")
+	m, err := managed.DefaultManaged(".")
 	if err != nil {
 		return err
 	}
@@ -250,17 +251,17 @@ func (Buildkit) Stop(ctx context.Context) error {
 // module proxy into the kiln cache.
 func (Buildkit) Setup(ctx context.Context) error {
 	cli.Logging()
-	if err := buildkit.InstallRunc(ctx); err != nil {
+	if err := managed.InstallRunc(ctx); err != nil {
 		return err
 	}
-	m, err := buildkit.DefaultManaged(".")
+	m, err := managed.DefaultManaged(".")
 	if err != nil {
 		return err
 	}
 	if err := m.EnsureBinary(ctx); err != nil {
 		return err
 	}
-	fmt.Printf("runc found; buildkitd %s at %s\n", buildkit.Version, m.Binary())
+	fmt.Printf("runc found; buildkitd %s at %s\n", managed.Version, m.Binary())
 	return nil
 }
 
@@ -269,5 +270,5 @@ func (Buildkit) Setup(ctx context.Context) error {
 //	-all   remove those too
 func (Buildkit) Prune(ctx context.Context, all *bool) error {
 	cli.Logging()
-	return buildkit.Prune(ctx, ".", cli.Bool(all), os.Stdout)
+	return managed.Prune(ctx, ".", cli.Bool(all), os.Stdout)
 }

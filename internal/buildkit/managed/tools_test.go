@@ -1,4 +1,4 @@
-package buildkit
+package managed
 
 import (
 	"os"
@@ -23,7 +23,7 @@ func TestToolsModuleSharesKilnsVersions(t *testing.T) {
 		want[r.Mod.Path] = r.Mod.Version
 	}
 	for _, name := range []string{"go.mod", "magefiles/go.mod"} {
-		data, err := os.ReadFile(filepath.Join("..", "..", name))
+		data, err := os.ReadFile(filepath.Join("..", "..", "..", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func TestToolsModuleSharesKilnsVersions(t *testing.T) {
 		}
 		for _, r := range kiln.Require {
 			if v, ok := want[r.Mod.Path]; ok && v != r.Mod.Version {
-				t.Errorf("%s requires %s %s, internal/buildkit/tools/buildkitd.mod %s: require one version in both (go get it in a copy of the tools module, then go mod tidy)", name, r.Mod.Path, r.Mod.Version, v)
+				t.Errorf("%s requires %s %s, internal/buildkit/managed/tools/buildkitd.mod %s: require one version in both (go get it in a copy of the tools module, then go mod tidy)", name, r.Mod.Path, r.Mod.Version, v)
 			}
 		}
 	}

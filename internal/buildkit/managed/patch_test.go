@@ -1,4 +1,4 @@
-package buildkit
+package managed
 
 import (
 	"os"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // TestThePatchCutsWhatTheManagedDaemonNeverRuns applies the embedded patch to
@@ -94,18 +96,18 @@ func TestAPatchThatNoLongerAppliesStopsTheBuild(t *testing.T) {
 // cache for the managed daemon is refused before anything starts, naming
 // the flag and the remedy; with BUILDKIT_HOST it is the daemon's to judge.
 func TestACacheBackendTheManagedDaemonLacksIsRefusedFirst(t *testing.T) {
-	t.Setenv(HostEnv, "")
+	t.Setenv(buildkit.HostEnv, "")
 	check := func(spec string) error {
-		entries, err := CacheEntries(spec, "", "-cacheto")
+		entries, err := buildkit.CacheEntries(spec, "", "-cacheto")
 		if err != nil {
 			return err
 		}
-		return CheckCacheBackend(entries, spec, "-cacheto")
+		return buildkit.CheckCacheBackend(entries, spec, "-cacheto")
 	}
 	for _, spec := range []string{"type=s3,bucket=b,region=r", "type=gha", "type=azblob,account_url=https://a"} {
 		err := check(spec)
-		if err == nil || !strings.Contains(err.Error(), "-cacheto") || !strings.Contains(err.Error(), HostEnv) {
-			t.Errorf("%s: got %v, want the flag and %s named", spec, err, HostEnv)
+		if err == nil || !strings.Contains(err.Error(), "-cacheto") || !strings.Contains(err.Error(), buildkit.HostEnv) {
+			t.Errorf("%s: got %v, want the flag and %s named", spec, err, buildkit.HostEnv)
 		}
 	}
 	for _, spec := range []string{"type=registry,ref=localhost:5000/c", "type=local,dest=/tmp/c", "type=inline"} {
@@ -113,9 +115,9 @@ func TestACacheBackendTheManagedDaemonLacksIsRefusedFirst(t *testing.T) {
 			t.Errorf("%s: %v", spec, err)
 		}
 	}
-	t.Setenv(HostEnv, "tcp://buildkitd.example:1234")
+	t.Setenv(buildkit.HostEnv, "tcp://buildkitd.example:1234")
 	if err := check("type=s3,bucket=b,region=r"); err != nil {
-		t.Errorf("with %s set: %v", HostEnv, err)
+		t.Errorf("with %s set: %v", buildkit.HostEnv, err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package buildkit
+package managed
 
 import (
 	"context"
@@ -12,13 +12,15 @@ import (
 
 	"github.com/moby/buildkit/client"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/golang"
 )
 
 // Status writes the daemon's address, version, workers and disk use by kind.
 // It never starts a daemon.
 func Status(ctx context.Context, repoRoot string, w io.Writer) error {
-	addr := os.Getenv(HostEnv)
+	addr := os.Getenv(buildkit.HostEnv)
 	var m *Managed
 	if addr == "" {
 		var err error
@@ -33,7 +35,7 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "managed buildkitd: pid %d, state %s, log %s\n", pid, m.Dir, m.LogFile())
 	}
-	c, err := Dial(ctx, addr)
+	c, err := buildkit.Dial(ctx, addr)
 	if err != nil {
 		return err
 	}
@@ -92,27 +94,6 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	return tw.Flush()
 }
 
-// ModuleLayerDir is where compile steps mount the module layer, and
-// ToolsDir where the step that builds kiln's step tool writes it. A record
-// described as a mount of one of them is that layer or that tool.
-const (
-	ModuleLayerDir = "/go/pkg/mod"
-	ToolsDir       = "/kiln/tools"
-	// StdDir is the (empty) output of a step that compiled a platform's
-	// standard library into GOCACHE; the go build mounts it to wait for it.
-	StdDir = "/kiln/std"
-	// ToolchainStep begins the name of the step that unpacks the toolchain
-	// (the description of its record), followed by the Go version.
-	ToolchainStep = "[go] toolchain go"
-	// VendorStep names the step that unpacks a vendored build's vendor/
-	// archive.
-	VendorStep = "[go] vendor/"
-)
-
-// IsolatedCachePrefix begins the cache mount id of an isolated rebuild's
-// Go build cache (verify:repro, release:verify): a random suffix follows.
-const IsolatedCachePrefix = "kiln-repro-gocache-"
-
 // keptKind says what Prune keeps of a record unless told to remove
 // everything: all Go cache mounts (but an isolated rebuild's, left by an
 // interrupted run), which make the next cold build fast, and all the local
@@ -127,20 +108,20 @@ const IsolatedCachePrefix = "kiln-repro-gocache-"
 // build would wait for go to check every standard package again.
 func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 	switch {
-	case u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, `with id "`+IsolatedCachePrefix):
+	case u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, `with id "`+golang.IsolatedCachePrefix):
 		// An isolated rebuild's Go cache that an interrupted run left.
 		return "", false
 	case u.RecordType == client.UsageRecordTypeCacheMount, u.RecordType == client.UsageRecordTypeLocalSource:
 		return string(u.RecordType), false
-	case strings.HasPrefix(u.Description, "mount "+StdDir+" from exec "):
+	case strings.HasPrefix(u.Description, "mount "+golang.StdDir+" from exec "):
 		return "standard library", false
-	case strings.HasPrefix(u.Description, "mount "+ModuleLayerDir+" from exec "):
+	case strings.HasPrefix(u.Description, "mount "+golang.ModuleLayerDir+" from exec "):
 		return "module layer", true
-	case strings.HasPrefix(u.Description, "mount "+ToolsDir+" from exec "):
+	case strings.HasPrefix(u.Description, "mount "+golang.ToolsDir+" from exec "):
 		return "step tool", true
-	case strings.HasPrefix(u.Description, ToolchainStep):
+	case strings.HasPrefix(u.Description, golang.ToolchainStep):
 		return "toolchain", true
-	case u.Description == VendorStep:
+	case u.Description == golang.VendorStep:
 		return "vendor", true
 	}
 	return "", false
@@ -148,7 +129,7 @@ func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 
 // PruneUnkept removes every record Prune does not keep (see keptKind),
 // sending each removed one to ch when it is not nil.
-func PruneUnkept(ctx context.Context, d *Daemon, ch chan client.UsageInfo) error {
+func PruneUnkept(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageInfo) error {
 	usage, err := d.DiskUsage(ctx)
 	if err != nil {
 		return err
@@ -231,4 +212,25 @@ func suffix(variant string) string {
 		return ""
 	}
 	return "/" + variant
+}
+
+// Connect dials BUILDKIT_HOST when it is set, and otherwise the managed
+// local daemon, starting it if needed.
+func Connect(ctx context.Context, repoRoot string) (*buildkit.Daemon, error) {
+	if addr := os.Getenv(buildkit.HostEnv); addr != "" {
+		c, err := buildkit.Dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &buildkit.Daemon{Client: c, Address: addr}, nil
+	}
+	m, err := DefaultManaged(repoRoot)
+	if err != nil {
+		return nil, err
+	}
+	c, err := m.Ensure(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &buildkit.Daemon{Client: c, Address: m.Address(), Managed: m}, nil
 }

@@ -1,8 +1,8 @@
-// Package buildkit owns the solve stage: it finds or starts a BuildKit daemon,
-// solves the LLB graph on it with progress, wires layer caches and registry
-// credentials into the solve, and exports the results without leaving
-// partial files behind.
-package buildkit
+// Package managed owns the local buildkitd kiln starts when BUILDKIT_HOST
+// is unset: building it from the tools module kiln embeds (with what kiln
+// never runs cut out), starting, finding and stopping it, runc, and the
+// daemon's status and prune; Connect picks it or BUILDKIT_HOST.
+package managed
 
 import (
 	"bytes"
@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +25,7 @@ import (
 	"github.com/moby/buildkit/client"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
+	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // Version is the buildkitd kiln manages; tools/buildkitd.mod pins the same.
@@ -61,7 +61,7 @@ type Managed struct {
 // DefaultManaged places the managed daemon under the user cache dir,
 // configured by projectRoot's build/buildkitd.toml when there is one.
 func DefaultManaged(projectRoot string) (*Managed, error) {
-	cache, err := CacheDir()
+	cache, err := buildkit.CacheDir()
 	if err != nil {
 		return nil, err
 	}
@@ -97,44 +97,6 @@ func (m *Managed) ConfigFile() (string, error) {
 	return path, nil
 }
 
-// CacheDir is kiln's directory under the user cache dir (KILN_CACHE_DIR
-// overrides). kiln runs the buildkitd and toolchain it finds there, so the
-// directory must be the user's own and writable by no one else.
-func CacheDir() (string, error) {
-	dir := os.Getenv("KILN_CACHE_DIR")
-	if dir == "" {
-		d, err := os.UserCacheDir()
-		if err != nil {
-			return "", fmt.Errorf("find the user cache dir (set KILN_CACHE_DIR): %w", err)
-		}
-		dir = filepath.Join(d, "kiln")
-	}
-	dir, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return "", err
-	}
-	return dir, trustedDir(dir)
-}
-
-// trustedDir refuses a directory another user owns or may write to.
-func trustedDir(dir string) error {
-	fi, err := os.Stat(dir)
-	if err != nil {
-		return err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if ok && int(st.Uid) != os.Getuid() {
-		return fmt.Errorf("kiln cache %s belongs to uid %d, not you (uid %d): kiln runs the programs it caches there; use a directory of your own (KILN_CACHE_DIR) or chown it", dir, st.Uid, os.Getuid())
-	}
-	if fi.Mode().Perm()&0o022 != 0 {
-		return fmt.Errorf("kiln cache %s is writable by others (mode %o): kiln runs the programs it caches there; chmod go-w %s", dir, fi.Mode().Perm(), dir)
-	}
-	return nil
-}
-
 func (m *Managed) socket() string  { return filepath.Join(m.Dir, "buildkitd.sock") }
 func (m *Managed) pidFile() string { return filepath.Join(m.Dir, "buildkitd.pid") }
 
@@ -155,7 +117,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	unlock, err := LockFile(ctx, filepath.Join(m.Dir, "lock"))
+	unlock, err := buildkit.LockFile(ctx, filepath.Join(m.Dir, "lock"))
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +140,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 	if err := m.EnsureBinary(ctx); err != nil {
 		return nil, err
 	}
-	if err := trustedDir(m.BinDir); err != nil {
+	if err := buildkit.TrustedDir(m.BinDir); err != nil {
 		return nil, err
 	}
 	if err := m.start(ctx); err != nil {
@@ -186,7 +148,7 @@ func (m *Managed) Ensure(ctx context.Context) (*client.Client, error) {
 	}
 	c, err := m.connect(ctx, 60*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("managed buildkitd did not answer on %s: %w\n%s", m.Address(), err, tail(m.LogFile(), 20))
+		return nil, fmt.Errorf("managed buildkitd did not answer on %s: %w\n%s", m.Address(), err, buildkit.Tail(m.LogFile(), 20))
 	}
 	return c, nil
 }
@@ -288,7 +250,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 	if err := os.MkdirAll(m.BinDir, 0o755); err != nil {
 		return err
 	}
-	unlock, err := LockFile(ctx, filepath.Join(m.BinDir, ".lock"))
+	unlock, err := buildkit.LockFile(ctx, filepath.Join(m.BinDir, ".lock"))
 	if err != nil {
 		return err
 	}
@@ -344,7 +306,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 		os.Remove(tmp)
 		return fmt.Errorf("build buildkitd %s: %w\n%s", Version, err, out)
 	}
-	sum, err := FileSHA256(tmp)
+	sum, err := buildkit.FileSHA256(tmp)
 	if err != nil {
 		return err
 	}
@@ -363,7 +325,7 @@ func (m *Managed) checkBinary() error {
 	if err != nil {
 		return err
 	}
-	got, err := FileSHA256(m.Binary())
+	got, err := buildkit.FileSHA256(m.Binary())
 	if err != nil {
 		return err
 	}
@@ -371,20 +333,6 @@ func (m *Managed) checkBinary() error {
 		return fmt.Errorf("%s changed since kiln built it (sha256 %s, recorded %s): remove it and kiln builds it again", m.Binary(), got, strings.TrimSpace(string(want)))
 	}
 	return nil
-}
-
-// FileSHA256 is the hex sha256 of a file's content.
-func FileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // start launches buildkitd detached, so it outlives this invocation.
@@ -410,7 +358,7 @@ func (m *Managed) start(ctx context.Context) error {
 	defer logf.Close()
 	// What the daemon started with, so that a later build can tell the
 	// user it runs settings the file no longer holds.
-	sum, err := FileSHA256(config)
+	sum, err := buildkit.FileSHA256(config)
 	if err != nil {
 		return err
 	}
@@ -490,7 +438,7 @@ func (m *Managed) Stop(ctx context.Context) (bool, error) {
 	if err := os.MkdirAll(m.Dir, 0o700); err != nil {
 		return false, err
 	}
-	unlock, err := LockFile(ctx, filepath.Join(m.Dir, "lock"))
+	unlock, err := buildkit.LockFile(ctx, filepath.Join(m.Dir, "lock"))
 	if err != nil {
 		return false, err
 	}
@@ -521,30 +469,6 @@ func (m *Managed) kill(pid int) {
 	syscall.Kill(pid, syscall.SIGKILL)
 	for i := 0; i < 50 && atomicfile.Alive(pid); i++ {
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// LockFile takes an exclusive flock, waiting for other kiln processes.
-func LockFile(ctx context.Context, path string) (func(), error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			f.Close()
-			return nil, fmt.Errorf("lock %s: %w", path, err)
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
 	}
 }
 
@@ -596,16 +520,4 @@ func InstallRunc(ctx context.Context) error {
 		return fmt.Errorf("runc not found in PATH after installing it; %s", remedy)
 	}
 	return nil
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := bytes.Split(bytes.TrimSpace(b), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return "buildkitd log (" + path + "):\n" + string(bytes.Join(lines, []byte("\n")))
 }

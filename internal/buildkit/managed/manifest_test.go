@@ -1,4 +1,4 @@
-package buildkit
+package managed
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 // The sample Kubernetes deployment runs the buildkitd kiln pins, with TLS
 // from a secret and a volume for its state.
 func TestKubernetesManifest(t *testing.T) {
-	dt, err := os.ReadFile("../../build/k8s/buildkitd.yaml")
+	dt, err := os.ReadFile("../../../build/k8s/buildkitd.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package buildkit_test
+package managed_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
@@ -23,7 +24,7 @@ func TestManagedDaemonStartsOnce(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test: starts buildkitd")
 	}
-	m, err := buildkit.DefaultManaged(testdaemon.RepoRoot(t))
+	m, err := managed.DefaultManaged(testdaemon.RepoRoot(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +153,11 @@ func TestPlainTCPBeyondLoopbackIsRefusedBeforeDialling(t *testing.T) {
 // builds and benches run; a copy that drifts from kiln's default (as when the
 // default went to three parallel steps) measures another daemon.
 func TestThisRepositoryRunsTheDefaultDaemonConfig(t *testing.T) {
-	project, err := os.ReadFile(buildkit.ProjectConfig(testdaemon.RepoRoot(t)))
+	project, err := os.ReadFile(managed.ProjectConfig(testdaemon.RepoRoot(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &buildkit.Managed{Dir: t.TempDir()}
+	m := &managed.Managed{Dir: t.TempDir()}
 	path, err := m.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -166,6 +167,6 @@ func TestThisRepositoryRunsTheDefaultDaemonConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(project) != string(def) {
-		t.Fatal("build/buildkitd.toml differs from internal/buildkit/tools/buildkitd.toml: copy the default over it, or change both")
+		t.Fatal("build/buildkitd.toml differs from internal/buildkit/managed/tools/buildkitd.toml: copy the default over it, or change both")
 	}
 }

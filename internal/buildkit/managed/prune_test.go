@@ -1,4 +1,4 @@
-package buildkit
+package managed
 
 import (
 	"slices"
@@ -6,22 +6,24 @@ import (
 	"time"
 
 	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/golang"
 )
 
 func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToolchain(t *testing.T) {
 	at := func(min int) *time.Time { x := time.Date(2026, 11, 30, 10, min, 0, 0, time.UTC); return &x }
 	usage := []*client.UsageInfo{
 		{ID: "gocache", RecordType: client.UsageRecordTypeCacheMount, Description: "cached mount /root/.cache/go-build from exec"},
-		{ID: "left-by-an-isolated-rebuild", RecordType: client.UsageRecordTypeCacheMount, Description: `cached mount /root/.cache/go-build from exec go build with id "` + IsolatedCachePrefix + `0123456789abcdef"`},
+		{ID: "left-by-an-isolated-rebuild", RecordType: client.UsageRecordTypeCacheMount, Description: `cached mount /root/.cache/go-build from exec go build with id "` + golang.IsolatedCachePrefix + `0123456789abcdef"`},
 		{ID: "context", RecordType: client.UsageRecordTypeLocalSource, Description: "local source for context"},
 		{ID: "old-modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v1", LastUsedAt: at(1)},
 		{ID: "modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v2", LastUsedAt: at(5)},
 		{ID: "tool", RecordType: client.UsageRecordTypeRegular, Description: "mount /kiln/tools from exec /usr/local/go/bin/go build -trimpath -o /kiln/tools/kilnstep main.go", LastUsedAt: at(3)},
 		{ID: "go-build", RecordType: client.UsageRecordTypeRegular, Description: "mount /out from exec /kiln/bin/kilnstep gobuild", LastUsedAt: at(9)},
-		{ID: "std-amd64", RecordType: client.UsageRecordTypeRegular, Description: "mount " + StdDir + " from exec /kiln/bin/kilnstep gobuild /kiln/keep /out  1 - -- go build fmt", LastUsedAt: at(6)},
-		{ID: "std-arm64", RecordType: client.UsageRecordTypeRegular, Description: "mount " + StdDir + " from exec /kiln/bin/kilnstep gobuild /kiln/keep /out  1 - -- go build fmt", LastUsedAt: at(7)},
-		{ID: "toolchain", RecordType: client.UsageRecordTypeRegular, Description: ToolchainStep + "1.26.8", LastUsedAt: at(4)},
-		{ID: "old-toolchain", RecordType: client.UsageRecordTypeRegular, Description: ToolchainStep + "1.26.7", LastUsedAt: at(2)},
+		{ID: "std-amd64", RecordType: client.UsageRecordTypeRegular, Description: "mount " + golang.StdDir + " from exec /kiln/bin/kilnstep gobuild /kiln/keep /out  1 - -- go build fmt", LastUsedAt: at(6)},
+		{ID: "std-arm64", RecordType: client.UsageRecordTypeRegular, Description: "mount " + golang.StdDir + " from exec /kiln/bin/kilnstep gobuild /kiln/keep /out  1 - -- go build fmt", LastUsedAt: at(7)},
+		{ID: "toolchain", RecordType: client.UsageRecordTypeRegular, Description: golang.ToolchainStep + "1.26.8", LastUsedAt: at(4)},
+		{ID: "old-toolchain", RecordType: client.UsageRecordTypeRegular, Description: golang.ToolchainStep + "1.26.7", LastUsedAt: at(2)},
 		{ID: "image-layer", RecordType: client.UsageRecordTypeRegular, Description: "mount / from exec /bin/sh"},
 	}
 	got := unkept(usage)

@@ -1,4 +1,4 @@
-package buildkit
+package managed
 
 import (
 	"bytes"
@@ -67,17 +67,17 @@ func writePatchedCommand(ctx context.Context, dir string, env []string) error {
 	}
 	diffs, _, err := gitdiff.Parse(bytes.NewReader(buildkitdPatch))
 	if err != nil {
-		return fmt.Errorf("internal/buildkit/tools/buildkitd.patch: %w", err)
+		return fmt.Errorf("internal/buildkit/managed/tools/buildkitd.patch: %w", err)
 	}
 	for _, f := range diffs {
 		name, ok := strings.CutPrefix(f.OldName, upstream+"/")
 		src, found := files[name]
 		if !ok || !found || strings.Contains(name, "/") || f.NewName != f.OldName && !f.IsDelete {
-			return fmt.Errorf("internal/buildkit/tools/buildkitd.patch changes %s, which is not a file of BuildKit %s's %s", f.OldName, Version, upstream)
+			return fmt.Errorf("internal/buildkit/managed/tools/buildkitd.patch changes %s, which is not a file of BuildKit %s's %s", f.OldName, Version, upstream)
 		}
 		var patched bytes.Buffer
 		if err := gitdiff.Apply(&patched, bytes.NewReader(src), f); err != nil {
-			return fmt.Errorf("internal/buildkit/tools/buildkitd.patch does not apply to BuildKit %s's %s (%w): it was written for another BuildKit; write it again for %s", Version, f.OldName, err, Version)
+			return fmt.Errorf("internal/buildkit/managed/tools/buildkitd.patch does not apply to BuildKit %s's %s (%w): it was written for another BuildKit; write it again for %s", Version, f.OldName, err, Version)
 		}
 		if f.IsDelete {
 			delete(files, name)
