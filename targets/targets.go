@@ -24,10 +24,12 @@ import (
 	"strings"
 
 	"github.com/kiln-build/kiln/internal/bench"
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/cli"
 	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/verify"
 )
 
 // Builds every image as an OCI layout tarball under _output/images/.
@@ -122,7 +124,7 @@ func changedBinaries(out *session.BinariesOutcome) string {
 	return "changed: " + strings.Join(names, " ")
 }
 
-func printGoCache(r *session.GoCacheResult) {
+func printGoCache(r *gocache.Result) {
 	if r != nil {
 		fmt.Printf("Go cache snapshot\t%s\t%s\n", r.Digest, strings.Join(r.Refs, ","))
 	}
@@ -143,9 +145,9 @@ func Plan(json *bool, platforms *string, stamp *bool) error {
 		return err
 	}
 	if cli.Bool(json) {
-		return session.WritePlanJSON(os.Stdout, p)
+		return cli.WritePlanJSON(os.Stdout, p)
 	}
-	session.WritePlanText(os.Stdout, p)
+	cli.WritePlanText(os.Stdout, p)
 	return nil
 }
 
@@ -156,7 +158,7 @@ func Plan(json *bool, platforms *string, stamp *bool) error {
 //
 //	-platforms, -progress   as for images
 func Verify(ctx context.Context, platforms *string, progress *string) error {
-	report, err := session.Verify(ctx, cli.Options(platforms, nil, progress))
+	report, err := verify.Verify(ctx, cli.Options(platforms, nil, progress))
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -189,7 +191,7 @@ func Explain() error {
 // and volatile -X values, each with its cost and fix.
 func Doctor() error {
 	cli.Logging()
-	findings, err := session.Doctor(session.Options{})
+	findings, err := verify.Doctor(session.Options{})
 	if err != nil {
 		return err
 	}
@@ -221,14 +223,14 @@ func Doctor() error {
 //
 //	-platforms, -progress   as for images
 func Size(ctx context.Context, platforms *string, progress *string) error {
-	report, err := session.Size(ctx, cli.Options(platforms, nil, progress))
+	report, err := verify.Size(ctx, cli.Options(platforms, nil, progress))
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
 	if err := report.WriteTable(os.Stdout); err != nil {
 		return err
 	}
-	jsonPath, svgPath, _ := session.SizePaths(session.Options{})
+	jsonPath, svgPath, _ := verify.SizePaths(session.Options{})
 	fmt.Printf("\nreport: %s\nchart:  %s\n", jsonPath, svgPath)
 	return nil
 }

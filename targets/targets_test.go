@@ -16,7 +16,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/testdaemon"
-	"github.com/kiln-build/kiln/internal/verify"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 // mage runs the README's entry, `go run mage.go`, in dir.
@@ -215,7 +215,7 @@ source: https://example.com/antrea
 	}
 	images := run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
 	agentTar := filepath.Join(repo, "_output", "images", "antrea-agent.oci.tar")
-	layout, err := verify.ReadLayout(agentTar)
+	layout, err := inspect.ReadLayout(agentTar)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, images)
 	}
@@ -297,7 +297,7 @@ source: https://example.com/antrea
 	git("checkout", "--", "magefiles/hello.go")
 
 	run("images", "-platforms=linux/amd64", "-stamp", "-progress=quiet")
-	stamped, err := verify.ReadLayout(agentTar)
+	stamped, err := inspect.ReadLayout(agentTar)
 	if err != nil {
 		t.Fatal(err)
 	}

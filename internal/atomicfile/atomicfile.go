@@ -1,10 +1,13 @@
 // Package atomicfile owns how kiln writes an output whole or not at all:
 // a file or folder is made under a temporary name beside its destination
-// and renamed into place, and temporaries whose writer died are swept.
+// and renamed into place, and temporaries whose writer died are swept;
+// and how it reads back a JSON record it wrote.
 package atomicfile
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -124,4 +127,19 @@ func Alive(pid int) bool {
 		return stat[i+2] != 'Z'
 	}
 	return true
+}
+
+// ReadJSON reads a JSON file kiln wrote earlier; a missing file is nil.
+func ReadJSON[T any](path, what string) (*T, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, err
+	}
+	var v T
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("%s: not a %s (delete it to start afresh): %w", path, what, err)
+	}
+	return &v, nil
 }

@@ -1,5 +1,6 @@
 // Package cli holds what kiln's mage targets share: flag values to engine
-// options, quiet-unless-verbose logging, and exit codes. It owns no stage.
+// options, quiet-unless-verbose logging, exit codes, and the plan's text
+// and JSON renderings. It owns no stage.
 package cli
 
 import (
@@ -10,8 +11,8 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/sirupsen/logrus"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/session"
 )
 
 // Logging is quiet unless mage runs with -v.

@@ -13,8 +13,9 @@ import (
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/remotes"
-	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // SignatureFile is the one file of a signature image.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/verify"
 )
 
 // WarmRebuilds makes release:verify rebuild with session.Images, on the
@@ -14,5 +15,5 @@ func WarmRebuilds() (restore func()) {
 		opts.SkipChecks = true
 		return session.Images(ctx, opts)
 	}
-	return func() { rebuild = session.Rebuild }
+	return func() { rebuild = verify.Rebuild }
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/verify"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 // VerifyReleaseOptions say which release to check and with which key.
@@ -59,10 +60,10 @@ type VerifiedImage struct {
 // image is identical to its rebuild and every signature and attestation
 // verified.
 type VerifyReleaseOutcome struct {
-	Version     string              `json:"version"`
-	Commit      string              `json:"commit"`
-	Images      []VerifiedImage     `json:"images"`
-	Differences []verify.Difference `json:"differences"`
+	Version     string               `json:"version"`
+	Commit      string               `json:"commit"`
+	Images      []VerifiedImage      `json:"images"`
+	Differences []inspect.Difference `json:"differences"`
 	// Rebuild holds the steps of the isolated rebuild.
 	Rebuild buildkit.Steps `json:"-"`
 }
@@ -79,7 +80,7 @@ func (o *VerifyReleaseOutcome) OK() bool {
 
 // rebuild is the isolated rebuild; a test that has proven its isolation
 // once may check the rest of release:verify on a warm build.
-var rebuild = session.Rebuild
+var rebuild = verify.Rebuild
 
 // VerifyRelease checks a published release against its source: it checks
 // the signatures of every index and platform manifest and the provenance
@@ -189,13 +190,13 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 		if err != nil {
 			return nil, err
 		}
-		local, err := verify.ReadLayout(r.Path)
+		local, err := inspect.ReadLayout(r.Path)
 		if err != nil {
 			return nil, err
 		}
-		diffs := verify.DiffLayouts(r.Name, published, local)
+		diffs := inspect.DiffLayouts(r.Name, published, local)
 		if partial {
-			diffs = verify.DiffPlatforms(r.Name, published, local, r.Platforms)
+			diffs = inspect.DiffPlatforms(r.Name, published, local, r.Platforms)
 		}
 		vi.Identical = len(diffs) == 0
 		out.Differences = append(out.Differences, diffs...)
@@ -333,7 +334,7 @@ const (
 
 // PullLayout reads an image index and everything it names from a registry
 // into an in-memory OCI layout.
-func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, index digest.Digest) (*verify.Layout, error) {
+func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, index digest.Digest) (*inspect.Layout, error) {
 	repo := sign.Repository(ref)
 	_, desc, err := resolver.Resolve(ctx, repo+"@"+index.String())
 	if err != nil {
@@ -390,7 +391,7 @@ func PullLayout(ctx context.Context, resolver remotes.Resolver, ref string, inde
 	}
 	top, _ := json.Marshal(ocispec.Index{Manifests: []ocispec.Descriptor{desc}})
 	blobs["index.json"] = top
-	return verify.LayoutFromBlobs(ref, blobs)
+	return inspect.LayoutFromBlobs(ref, blobs)
 }
 
 func git(dir string, args ...string) (string, error) {

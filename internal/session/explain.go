@@ -57,7 +57,7 @@ func record(opts Options, p *plan.Plan, inputs explain.Inputs, steps buildkit.St
 
 // Explain reads the records of the last two builds and explains the last.
 func Explain(opts Options) ([]explain.Explanation, error) {
-	root, err := opts.root()
+	root, err := opts.RootDir()
 	if err != nil {
 		return nil, err
 	}
@@ -85,5 +85,5 @@ func Explain(opts Options) ([]explain.Explanation, error) {
 }
 
 func readRecord(path string) (*explain.Record, error) {
-	return readJSON[explain.Record](path, "build record")
+	return atomicfile.ReadJSON[explain.Record](path, "build record")
 }

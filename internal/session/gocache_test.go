@@ -27,6 +27,7 @@ import (
 	logtest "github.com/sirupsen/logrus/hooks/test"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -77,10 +78,10 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 	}
 
 	pub, priv := keyPair(t)
-	var published *session.GoCacheResult
+	var published *gocache.Result
 	t.Run("daemon A publishes, signed", func(t *testing.T) {
 		testdaemon.Buildkit(t)
-		t.Setenv(session.SigningKeyEnv, priv)
+		t.Setenv(gocache.SigningKeyEnv, priv)
 		o := opts
 		o.GoCacheTo = repo
 		out, progress := run(t, o)

@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/internal/verify"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 func TestImagesIntegration(t *testing.T) {
@@ -50,7 +51,7 @@ func TestImagesIntegration(t *testing.T) {
 	}
 	for _, img := range first {
 		t.Run("inspect "+img.Name, func(t *testing.T) {
-			layout, err := verify.ReadLayout(img.Path)
+			layout, err := inspect.ReadLayout(img.Path)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +243,7 @@ func TestImagesIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		sameDigests(t, a.Images, reverted.Images)
-		layout, err := verify.ReadLayout(reverted.Images[0].Path)
+		layout, err := inspect.ReadLayout(reverted.Images[0].Path)
 		if err != nil || layout.IndexDigest != a.Images[0].Digest {
 			t.Fatalf("after the revert the tarball holds %v (%v), want %s", layout, err, a.Images[0].Digest)
 		}
@@ -253,7 +254,7 @@ func TestImagesIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if layout, err := verify.ReadLayout(repaired.Images[0].Path); err != nil || layout.IndexDigest != a.Images[0].Digest {
+		if layout, err := inspect.ReadLayout(repaired.Images[0].Path); err != nil || layout.IndexDigest != a.Images[0].Digest {
 			t.Errorf("a tampered tarball was kept: %v", err)
 		}
 	})
@@ -340,7 +341,7 @@ func TestImagesIntegration(t *testing.T) {
 			if changed := after.Images[0].Digest != before[0].Digest; c.agent != unchecked && changed != (c.agent == differs) {
 				t.Errorf("after %s: agent digest changed %v, want %v", c.name, changed, !changed)
 			}
-			if _, err := verify.ReadLayout(after.Images[0].Path); err != nil {
+			if _, err := inspect.ReadLayout(after.Images[0].Path); err != nil {
 				t.Errorf("after %s: %v", c.name, err)
 			}
 			before = after.Images
@@ -372,7 +373,7 @@ func TestImagesIntegration(t *testing.T) {
 				t.Errorf("%s ran because %v, want %v", e.Step, e.Causes, want)
 			}
 		}
-		layout, err := verify.ReadLayout(again.Images[0].Path)
+		layout, err := inspect.ReadLayout(again.Images[0].Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -383,7 +384,7 @@ func TestImagesIntegration(t *testing.T) {
 	})
 
 	t.Run("a budget one byte under the real size fails verify", func(t *testing.T) {
-		layout, err := verify.ReadLayout(first[0].Path)
+		layout, err := inspect.ReadLayout(first[0].Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -393,11 +394,11 @@ func TestImagesIntegration(t *testing.T) {
 		data, _ := os.ReadFile(kiln)
 		data = []byte(strings.Replace(string(data), "antrea-cni: 3MiB", fmt.Sprintf("antrea-cni: %d", len(cni.Data)-1), 1))
 		os.WriteFile(kiln, data, 0o644)
-		report, err := session.Verify(ctx, o)
+		report, err := verify.Verify(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var failed []verify.Check
+		var failed []inspect.Check
 		for _, c := range report.Checks {
 			if !c.OK {
 				failed = append(failed, c)
@@ -416,7 +417,7 @@ func TestImagesIntegration(t *testing.T) {
 		// would compile the Prometheus client's graph again.
 		o := editedCopy(t, opts, "")
 		o.Platforms = "linux/amd64"
-		if report, err := session.Verify(ctx, o); err != nil || report.Failed() != 0 {
+		if report, err := verify.Verify(ctx, o); err != nil || report.Failed() != 0 {
 			t.Fatalf("verify before the edit: %v, %+v", err, report)
 		}
 		cni := filepath.Join(o.Root, "pkg", "cni", "cni.go")
@@ -424,7 +425,7 @@ func TestImagesIntegration(t *testing.T) {
 		data = bytes.Replace(data, []byte("import (\n"), []byte("import (\n\t\"github.com/prometheus/client_golang/prometheus\"\n"), 1)
 		data = append(data, "\n// registry pulls the Prometheus client into the plugin, as a careless import would.\nvar registry = prometheus.NewRegistry()\n"...)
 		os.WriteFile(cni, data, 0o644)
-		report, err := session.Verify(ctx, o)
+		report, err := verify.Verify(ctx, o)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +444,7 @@ func TestImagesIntegration(t *testing.T) {
 	})
 
 	t.Run("repro diff locates planted nondeterminism", func(t *testing.T) {
-		a, err := verify.ReadLayout(first[1].Path)
+		a, err := inspect.ReadLayout(first[1].Path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -454,11 +455,11 @@ func TestImagesIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := verify.ReadLayout(stamped.Images[1].Path)
+		b, err := inspect.ReadLayout(stamped.Images[1].Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		report := diffText(verify.DiffLayouts("antrea-controller", a, b))
+		report := diffText(inspect.DiffLayouts("antrea-controller", a, b))
 		for _, want := range []string{"linux/amd64 file /usr/local/bin/antrea-controller", "ELF sections differ", ".rodata", "config config.Labels.org.opencontainers.image.version"} {
 			if !strings.Contains(report, want) {
 				t.Errorf("diff does not mention %q:\n%s", want, report)
@@ -471,11 +472,11 @@ func TestImagesIntegration(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := verify.ReadLayout(dated.Images[1].Path)
+		c, err := inspect.ReadLayout(dated.Images[1].Path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		report = diffText(verify.DiffLayouts("antrea-controller", a, c))
+		report = diffText(inspect.DiffLayouts("antrea-controller", a, c))
 		for _, want := range []string{"file /etc/passwd: mtime", "2001-09-09T01:46:40Z", "config created"} {
 			if !strings.Contains(report, want) {
 				t.Errorf("diff does not mention %q:\n%s", want, report)
@@ -878,7 +879,7 @@ func editedCopy(t *testing.T, opts session.Options, file string) session.Options
 	return opts
 }
 
-func diffText(diffs []verify.Difference) string {
+func diffText(diffs []inspect.Difference) string {
 	var lines []string
 	for _, d := range diffs {
 		lines = append(lines, d.String())

@@ -10,7 +10,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
-	"github.com/kiln-build/kiln/internal/verify"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 func TestRegistryLayerCacheAcrossDaemons(t *testing.T) {
@@ -71,9 +71,9 @@ func TestRegistryLayerCacheAcrossDaemons(t *testing.T) {
 		}
 		for i := range first.Images {
 			if first.Images[i].Digest != again.Images[i].Digest {
-				a, _ := verify.ReadLayout(first.Images[i].Path)
-				b, _ := verify.ReadLayout(again.Images[i].Path)
-				t.Errorf("%s differs with the imported cache:\n%s", first.Images[i].Name, diffText(verify.DiffLayouts(first.Images[i].Name, a, b)))
+				a, _ := inspect.ReadLayout(first.Images[i].Path)
+				b, _ := inspect.ReadLayout(again.Images[i].Path)
+				t.Errorf("%s differs with the imported cache:\n%s", first.Images[i].Name, diffText(inspect.DiffLayouts(first.Images[i].Name, a, b)))
 			}
 		}
 	})

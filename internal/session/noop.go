@@ -21,7 +21,7 @@ import (
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/uptodate"
-	"github.com/kiln-build/kiln/internal/verify"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 // A no-op build is answered before the plan is resolved or BuildKit is
@@ -85,7 +85,7 @@ func (r *noopResult) steps() buildkit.Steps {
 type noopPlace struct{ kilnRoot, root, path string }
 
 func noopPlaceOf(opts Options, kind string) (noopPlace, bool) {
-	kilnRoot, err := opts.root()
+	kilnRoot, err := opts.RootDir()
 	if err != nil {
 		return noopPlace{}, false
 	}
@@ -348,7 +348,7 @@ func (r *noopResult) images(opts Options, explainIn string) (*ImagesOutcome, err
 		out.Images = append(out.Images, img)
 	}
 	if !opts.SkipChecks {
-		out.Checks = &verify.Report{}
+		out.Checks = &inspect.Report{}
 	}
 	for _, name := range r.Tracked {
 		out.Explanations = append(out.Explanations, explain.Explanation{Step: name})

@@ -1,241 +1,99 @@
 package verify
 
 import (
-	"bytes"
-	"debug/buildinfo"
-	"debug/elf"
-	"fmt"
+	"context"
+	"encoding/json"
 	"io"
-	"sort"
-	"strings"
-	"text/tabwriter"
+	"os"
+	"path/filepath"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
-// Contributor is a module or package and the bytes its symbols take.
-type Contributor struct {
-	Name  string `json:"name"`
-	Bytes int64  `json:"bytes"`
-	// Delta is the change against the previous report.
-	Delta int64 `json:"delta"`
-}
+// SizeOutputs are where `mage size` writes its report, under the output dir.
+const (
+	sizeDir    = "size"
+	sizeJSON   = "report.json"
+	sizeSVG    = "report.svg"
+	sizeBinDir = ".work"
+)
 
-// SizeEntry is the size breakdown of one binary for one platform.
-type SizeEntry struct {
-	Binary   string `json:"binary"`
-	Platform string `json:"platform"`
-	// Size is the file as shipped (stripped).
-	Size  int64 `json:"size"`
-	Delta int64 `json:"delta"`
-	// Attributed is the part of Size that symbols account for; the rest is
-	// headers, tables and padding.
-	Attributed int64         `json:"attributed"`
-	Modules    []Contributor `json:"modules"`
-	Packages   []Contributor `json:"packages"`
-	Budget     int64         `json:"budget,omitempty"`
-}
-
-// SizeReport is what `mage size` writes.
-type SizeReport struct {
-	Entries []SizeEntry `json:"entries"`
-	// HasPrevious says whether deltas were computed against an earlier report.
-	HasPrevious bool `json:"hasPrevious"`
-}
-
-const keepPackages = 40
-
-// Breakdown attributes a binary's bytes to modules and packages, using the
-// symbol table of an unstripped build of the same inputs.
-func Breakdown(binary, platform string, stripped, symbols []byte) (SizeEntry, error) {
-	e := SizeEntry{Binary: binary, Platform: platform, Size: int64(len(stripped))}
-	f, err := elf.NewFile(bytes.NewReader(symbols))
+// Size builds every binary for every platform twice, as shipped and with
+// its symbol table (only the link differs), attributes the shipped size to
+// modules and packages, compares with the previous report and writes
+// report.json and report.svg under <out>/size/.
+func Size(ctx context.Context, opts session.Options) (*inspect.SizeReport, error) {
+	s, err := session.Start(ctx, opts)
 	if err != nil {
-		return e, fmt.Errorf("%s %s: not an ELF file: %w", binary, platform, err)
+		return nil, err
 	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		return e, fmt.Errorf("%s %s: no symbol table (was it built without -s?): %w", binary, platform, err)
-	}
-	info, err := buildinfo.Read(bytes.NewReader(symbols))
-	if err != nil {
-		return e, fmt.Errorf("%s %s: no Go build info: %w", binary, platform, err)
-	}
-	modules := []string{info.Main.Path}
-	for _, d := range info.Deps {
-		modules = append(modules, d.Path)
-	}
-	// Longest module path first, so nested modules win.
-	sort.Slice(modules, func(i, j int) bool { return len(modules[i]) > len(modules[j]) })
-
-	byModule, byPackage := map[string]int64{}, map[string]int64{}
-	for _, s := range syms {
-		if s.Size == 0 || int(s.Section) >= len(f.Sections) || s.Section == elf.SHN_UNDEF {
-			continue
+	defer s.Close()
+	dir := filepath.Join(opts.OutDirFor(s.Plan.Root), sizeDir)
+	work := filepath.Join(dir, sizeBinDir)
+	var files []buildkit.FileCopy
+	for _, target := range s.Plan.Platforms {
+		for _, b := range s.Plan.Binaries {
+			pd := golang.PlatformDir(target)
+			files = append(files,
+				buildkit.FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/stripped/" + pd + "/" + b.Name},
+				buildkit.FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
 		}
-		if sec := f.Sections[s.Section]; sec.Type == elf.SHT_NOBITS || sec.Flags&elf.SHF_ALLOC == 0 {
-			continue // takes no bytes in the file, or is not loaded
-		}
-		name := cleanSymbol(s.Name)
-		pkg := symbolPackage(name, info.Path)
-		mod := "std"
-		for _, m := range modules {
-			if strings.HasPrefix(pkg, m) && (len(pkg) == len(m) || pkg[len(m)] == '/' || pkg[len(m)] == '.') {
-				mod = m
-				break
+	}
+	if _, _, err := s.ExportFiles(ctx, "size", files, work, nil); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+
+	report := &inspect.SizeReport{}
+	for _, target := range s.Plan.Platforms {
+		for _, b := range s.Plan.Binaries {
+			pd := golang.PlatformDir(target)
+			stripped, err := os.ReadFile(filepath.Join(work, "stripped", pd, b.Name))
+			if err != nil {
+				return nil, err
 			}
-		}
-		if strings.HasPrefix(pkg, "go:") {
-			mod = "std"
-		}
-		byModule[mod] += int64(s.Size)
-		byPackage[pkg] += int64(s.Size)
-		e.Attributed += int64(s.Size)
-	}
-	e.Modules = sorted(byModule, 0)
-	e.Packages = sorted(byPackage, keepPackages)
-	return e, nil
-}
-
-// cleanSymbol strips the decorations around a Go symbol's qualified name.
-func cleanSymbol(name string) string {
-	for _, p := range []string{"type:.eq.", "type:.hash.", "type:", "go:itab.", "go:info.", "go:cuinfo."} {
-		if strings.HasPrefix(name, p) {
-			name = name[len(p):]
-			break
-		}
-	}
-	return strings.TrimLeft(name, "*[]0123456789")
-}
-
-// symbolPackage is the import path of a symbol's package; mainPath names
-// the main package, which the linker calls "main".
-func symbolPackage(name, mainPath string) string {
-	if strings.HasPrefix(name, "go:") {
-		return "go:runtime data"
-	}
-	end := len(name)
-	if i := strings.IndexAny(name, "[("); i >= 0 {
-		end = i
-	}
-	slash := strings.LastIndex(name[:end], "/")
-	dot := strings.Index(name[slash+1:], ".")
-	if dot < 0 {
-		return "go:other"
-	}
-	pkg := name[:slash+1+dot]
-	if pkg == "main" {
-		return mainPath
-	}
-	return pkg
-}
-
-func sorted(m map[string]int64, limit int) []Contributor {
-	out := make([]Contributor, 0, len(m))
-	for k, v := range m {
-		out = append(out, Contributor{Name: k, Bytes: v})
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Bytes != out[j].Bytes {
-			return out[i].Bytes > out[j].Bytes
-		}
-		return out[i].Name < out[j].Name
-	})
-	if limit > 0 && len(out) > limit {
-		out = out[:limit]
-	}
-	return out
-}
-
-// CompareTo fills in the deltas against a previous report.
-func (r *SizeReport) CompareTo(prev *SizeReport) {
-	if prev == nil {
-		return
-	}
-	r.HasPrevious = true
-	old := map[string]SizeEntry{}
-	for _, e := range prev.Entries {
-		old[e.Binary+" "+e.Platform] = e
-	}
-	for i := range r.Entries {
-		e := &r.Entries[i]
-		p, ok := old[e.Binary+" "+e.Platform]
-		if !ok {
-			continue
-		}
-		e.Delta = e.Size - p.Size
-		delta(e.Modules, p.Modules)
-		delta(e.Packages, p.Packages)
-	}
-}
-
-func delta(now, before []Contributor) {
-	old := map[string]int64{}
-	for _, c := range before {
-		old[c.Name] = c.Bytes
-	}
-	for i := range now {
-		now[i].Delta = now[i].Bytes - old[now[i].Name]
-	}
-}
-
-// Grown returns the contributors of an entry that grew most, or the largest
-// ones when there is nothing to compare with.
-func (e SizeEntry) Grown(n int) []Contributor { return grown(e.Packages, n) }
-
-// GrownModules is Grown by module: the modules whose bytes grew most.
-func (e SizeEntry) GrownModules(n int) []Contributor { return grown(e.Modules, n) }
-
-func grown(contributors []Contributor, n int) []Contributor {
-	var grown []Contributor
-	for _, c := range contributors {
-		if c.Delta > 0 {
-			grown = append(grown, c)
-		}
-	}
-	if len(grown) == 0 {
-		grown = append(grown, contributors...)
-	} else {
-		sort.Slice(grown, func(i, j int) bool { return grown[i].Delta > grown[j].Delta })
-	}
-	if len(grown) > n {
-		grown = grown[:n]
-	}
-	return grown
-}
-
-// WriteTable prints one row per binary and platform with its top modules.
-func (r *SizeReport) WriteTable(w io.Writer) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "BINARY\tPLATFORM\tSIZE\tDELTA\tBUDGET\tLARGEST PACKAGES")
-	for _, e := range r.Entries {
-		var top []string
-		for i, m := range e.Packages {
-			if i == 3 {
-				break
+			symbols, err := os.ReadFile(filepath.Join(work, "symbols", pd, b.Name))
+			if err != nil {
+				return nil, err
 			}
-			top = append(top, fmt.Sprintf("%s %s", m.Name, config.FormatSize(m.Bytes)))
+			e, err := inspect.Breakdown(b.Name, pd, stripped, symbols)
+			if err != nil {
+				return nil, err
+			}
+			e.Platform = config.FormatPlatform(target)
+			e.Budget = s.Plan.Budgets[b.Name]
+			report.Entries = append(report.Entries, e)
 		}
-		d := "-"
-		if r.HasPrevious {
-			d = signed(e.Delta)
-		}
-		b := "-"
-		if e.Budget > 0 {
-			b = fmt.Sprintf("%s (%d%%)", config.FormatSize(e.Budget), e.Size*100/e.Budget)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Binary, e.Platform, config.FormatSize(e.Size), d, b, strings.Join(top, ", "))
 	}
-	return tw.Flush()
+	prev, err := atomicfile.ReadJSON[inspect.SizeReport](filepath.Join(dir, sizeJSON), "size report")
+	if err != nil {
+		return nil, err
+	}
+	report.CompareTo(prev)
+	if err := atomicfile.Write(filepath.Join(dir, sizeJSON), func(f io.Writer) error {
+		enc := json.NewEncoder(f)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}); err != nil {
+		return nil, err
+	}
+	if err := atomicfile.Write(filepath.Join(dir, sizeSVG), func(f io.Writer) error { return report.WriteSVG(f) }); err != nil {
+		return nil, err
+	}
+	return report, nil
 }
 
-func signed(n int64) string {
-	if n > 0 {
-		return "+" + config.FormatSize(n)
+// SizePaths returns where Size writes its JSON and SVG.
+func SizePaths(opts session.Options) (string, string, error) {
+	root, err := opts.RootDir()
+	if err != nil {
+		return "", "", err
 	}
-	if n == 0 {
-		return "0"
-	}
-	return config.FormatSize(n)
+	dir := filepath.Join(opts.OutDirFor(root), sizeDir)
+	return filepath.Join(dir, sizeJSON), filepath.Join(dir, sizeSVG), nil
 }

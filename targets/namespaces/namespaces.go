@@ -20,8 +20,9 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/cli"
+	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/publish"
-	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/verify"
 )
 
 // Images loads, smoke-runs and pushes the images.
@@ -106,7 +107,11 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 // digest yet; credentials come from the Docker config (DOCKER_CONFIG).
 func (Images) Pin(ctx context.Context) error {
 	cli.Logging()
-	pinned, err := session.PinBases(ctx, session.Options{})
+	root, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	pinned, err := image.PinBases(ctx, root)
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -130,7 +135,7 @@ type Verify mg.Namespace
 //
 //	-platforms, -progress   as for images
 func (Verify) Repro(ctx context.Context, platforms *string, progress *string) error {
-	out, err := session.Repro(ctx, cli.Options(platforms, nil, progress))
+	out, err := verify.Repro(ctx, cli.Options(platforms, nil, progress))
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}

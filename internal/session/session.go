@@ -1,8 +1,10 @@
-// Package build orchestrates a build: it loads and checks the request,
-// connects to BuildKit, resolves the plan for the worker, assembles the graph
-// (package image) and solves it into outputs: OCI layouts, binaries, size
-// reports, reproducibility diffs and the explain record. Publishing (push,
-// containerd, releases) builds on its Session in package publish.
+// Package session owns one build's orchestration: it loads and checks the
+// request, connects to BuildKit once, resolves the plan for the worker,
+// assembles the graph (package image), solves it and writes the outputs
+// (OCI layouts, binaries), keeping the records that let the next build
+// skip work (no-op, up-to-date outputs, source digests: package uptodate)
+// and the explain record; then it closes. Publishing (package publish) and
+// the verify targets (package verify) build on its Session.
 package session
 
 import (
@@ -29,12 +31,13 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/golang/vendorarchive"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/uptodate"
-	"github.com/kiln-build/kiln/internal/verify"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 // Options select what to build; the zero value builds everything configured.
@@ -89,15 +92,13 @@ type Options struct {
 	Rebuild bool
 }
 
-// SigningKeyEnv names the ed25519 private key (PEM) that signs published
-// Go cache snapshots.
-const SigningKeyEnv = "KILN_GOCACHE_SIGNING_KEY"
-
 // ReleaseCacheSuffix names a release's own Go cache mount: no build that
 // read a shared cache wrote to it.
 const ReleaseCacheSuffix = "-release"
 
-func (o *Options) root() (string, error) {
+// RootDir is the repository root the options build: Root, else the
+// working directory.
+func (o *Options) RootDir() (string, error) {
 	if o.Root != "" {
 		return filepath.Abs(o.Root)
 	}
@@ -106,7 +107,7 @@ func (o *Options) root() (string, error) {
 
 // Config loads kiln.yaml of the tree the options build.
 func (o *Options) Config() (*config.Config, error) {
-	root, err := o.root()
+	root, err := o.RootDir()
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +158,7 @@ type request struct {
 }
 
 func load(opts Options) (*request, error) {
-	root, err := opts.root()
+	root, err := opts.RootDir()
 	if err != nil {
 		return nil, err
 	}
@@ -326,17 +327,17 @@ func startAt(ctx context.Context, opts Options, clock uptodate.Clock) (*Session,
 	if err := buildkit.CheckCacheBackend(cacheFrom, opts.CacheFrom, "-cachefrom"); err != nil {
 		return nil, err
 	}
-	pinned, signing, err := goCacheKeys(opts, req.cfg, goCacheTo != "")
+	pinned, signing, err := gocache.Keys(firstOf(opts.GoCacheKey, req.cfg.Cache.GoCacheKey), goCacheTo != "")
 	if err != nil {
 		return nil, err
 	}
 	if goCacheTo != "" {
-		if _, _, err := goCacheRepo(goCacheTo, "-gocacheto"); err != nil {
+		if _, _, err := gocache.Repo(goCacheTo, "-gocacheto"); err != nil {
 			return nil, err
 		}
 	}
 	if goCacheFrom != "" {
-		if _, _, err := goCacheRepo(goCacheFrom, "-gocachefrom"); err != nil {
+		if _, _, err := gocache.Repo(goCacheFrom, "-gocachefrom"); err != nil {
 			return nil, err
 		}
 	}
@@ -348,7 +349,7 @@ func startAt(ctx context.Context, opts Options, clock uptodate.Clock) (*Session,
 	if err != nil {
 		return nil, err
 	}
-	kilnRoot, err := opts.root()
+	kilnRoot, err := opts.RootDir()
 	if err != nil {
 		return nil, err
 	}
@@ -556,11 +557,11 @@ type ImagesOutcome struct {
 	Images []ImageResult
 	buildkit.Steps
 	// Checks are the quick checks run on the new images.
-	Checks *verify.Report
+	Checks *inspect.Report
 	// Explanations say which steps ran and why.
 	Explanations []explain.Explanation
 	// GoCache is the Go cache snapshot published, when asked for.
-	GoCache *GoCacheResult
+	GoCache *gocache.Result
 }
 
 // Images builds every planned image and writes each as an OCI layout
@@ -582,7 +583,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	s.began = began
 	noopInputs := s.statNoopInputs(opts, "images")
 	defer noopInputs.wait()
-	out, err := s.images(ctx, opts)
+	out, err := s.WriteImages(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -593,7 +594,7 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 			outputs = append(outputs, img.Path)
 		}
 		if !opts.SkipChecks {
-			outputs = append(outputs, checkedMarker(opts, s.Plan))
+			outputs = append(outputs, inspect.CheckedMarker(ImagesDir(opts, s.Plan)))
 		}
 		for _, st := range out.Steps {
 			r.Steps = append(r.Steps, st.Name)
@@ -606,9 +607,16 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	return out, nil
 }
 
-func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+// ImagesDir is where Images writes the images of p.
+func ImagesDir(opts Options, p *plan.Plan) string {
+	return filepath.Join(opts.OutDirFor(p.Root), "images")
+}
+
+// WriteImages builds every planned image in this session and writes each
+// as an OCI layout tarball, as Images does, but records no no-op.
+func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	outDir := opts.OutDirFor(s.Plan.Root)
-	dir := filepath.Join(outDir, "images")
+	dir := ImagesDir(opts, s.Plan)
 	inputs, err := s.inputs(outDir)
 	if err != nil {
 		return nil, err
@@ -619,7 +627,7 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 	var jobs []buildkit.Job
 	var solved []int
 	for i, img := range s.Plan.Images {
-		dest := filepath.Join(dir, img.Name+".oci.tar")
+		dest := inspect.ImagePath(dir, img.Name)
 		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
 		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
 		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
@@ -660,10 +668,14 @@ func (s *Session) images(ctx context.Context, opts Options) (*ImagesOutcome, err
 		}
 	}
 	if !opts.SkipChecks {
-		if out.Checks, err = quickChecksOnce(opts, s.Plan, out.Images); err != nil {
+		var digests [][2]string
+		for _, img := range out.Images {
+			digests = append(digests, [2]string{img.Name, img.Digest})
+		}
+		if out.Checks, err = inspect.QuickChecksOnce(s.Plan, dir, digests); err != nil {
 			return nil, err
 		}
-		marker := checkedMarker(opts, s.Plan)
+		marker := inspect.CheckedMarker(dir)
 		if st, ok := uptodate.StatFile(marker); ok {
 			s.sawOutputs(uptodate.OutputRecord{Files: map[string]uptodate.FileStat{marker: st}})
 		}
@@ -743,7 +755,7 @@ type BinariesOutcome struct {
 	// the others were kept from the last build.
 	Sent []string
 	// GoCache is the Go cache snapshot published, when asked for.
-	GoCache *GoCacheResult
+	GoCache *gocache.Result
 }
 
 // Binaries builds every configured binary for every platform and writes
@@ -829,32 +841,4 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []buildkit
 	}
 	opts := s.solveOptions(ctx)
 	return s.daemon.ExportFiles(ctx, name, files, dest, asWritten, opts)
-}
-
-// goCacheKeys reads the pinned snapshot key (-gocachekey, else
-// cache.gocacheKey) and, when publishing, the signing key of SigningKeyEnv,
-// which must match the pinned one.
-func goCacheKeys(opts Options, cfg *config.Config, publishing bool) (ed25519.PublicKey, ed25519.PrivateKey, error) {
-	var pinned ed25519.PublicKey
-	if path := firstOf(opts.GoCacheKey, cfg.Cache.GoCacheKey); path != "" {
-		var err error
-		if pinned, err = config.ReadPublicKey(path); err != nil {
-			return nil, nil, fmt.Errorf("cache.gocacheKey: %w", err)
-		}
-	}
-	path := os.Getenv(SigningKeyEnv)
-	if !publishing || path == "" {
-		if publishing && pinned != nil {
-			return nil, nil, fmt.Errorf("%s: cache.gocacheKey pins a key, so published snapshots must be signed: set %s to the matching ed25519 private key (PEM)", config.File, SigningKeyEnv)
-		}
-		return pinned, nil, nil
-	}
-	signing, err := config.ReadPrivateKey(path)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", SigningKeyEnv, err)
-	}
-	if pinned != nil && !pinned.Equal(signing.Public()) {
-		return nil, nil, fmt.Errorf("%s=%s does not match the public key cache.gocacheKey pins", SigningKeyEnv, path)
-	}
-	return pinned, signing, nil
 }

@@ -1,4 +1,4 @@
-package session
+package image
 
 import (
 	"bytes"
@@ -24,14 +24,10 @@ type Pinned struct {
 
 var baseLine = regexp.MustCompile(`(?m)^base:[ \t]*(\S+)[ \t]*$`)
 
-// PinBases resolves every image's base tag to the digest the registry
+// PinBases resolves every image's base tag (of the repository at root) to the digest the registry
 // serves now and writes it into image.yaml, so the build no longer moves
 // with the tag. Bases pinned already are left alone.
-func PinBases(ctx context.Context, opts Options) ([]Pinned, error) {
-	root, err := opts.root()
-	if err != nil {
-		return nil, err
-	}
+func PinBases(ctx context.Context, root string) ([]Pinned, error) {
 	files, err := filepath.Glob(filepath.Join(root, config.ImagesDir, "*", config.ImageYAML))
 	if err != nil {
 		return nil, err
@@ -60,7 +56,7 @@ func PinBases(ctx context.Context, opts Options) ([]Pinned, error) {
 			continue
 		}
 		named = reference.TagNameOnly(named)
-		loopback, _ := buildkitLoopback(reference.Domain(named))
+		_, loopback, _ := buildkit.RegistryHost(reference.Domain(named))
 		_, desc, err := buildkit.Resolver(loopback, buildkit.Credentials()).Resolve(ctx, named.String())
 		if err != nil {
 			return nil, fmt.Errorf("%s: base: resolve %s: %w; check the registry %s and your Docker credentials (DOCKER_CONFIG)", rel, named, err, reference.Domain(named))
@@ -80,9 +76,4 @@ func PinBases(ctx context.Context, opts Options) ([]Pinned, error) {
 		out = append(out, Pinned{File: rel, From: doc.Base, To: reference.FamiliarString(pinned)})
 	}
 	return out, nil
-}
-
-func buildkitLoopback(host string) (bool, error) {
-	_, loopback, err := buildkit.RegistryHost(host)
-	return loopback, err
 }

@@ -1,6 +1,8 @@
-// Package verify owns the verify stage: checks run on what a build produced
-// (static linking, size budgets, reproducibility) and reports of them.
-package verify
+// Package inspect reads what a build produced (OCI layouts, ELF binaries)
+// and judges it: static linking, image contents, size breakdowns and
+// budgets, differences between two builds, and the reports of those
+// checks. It builds nothing; package verify runs the builds it checks.
+package inspect
 
 import (
 	"bytes"
