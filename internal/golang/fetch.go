@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
 	"os"
 	"os/exec"
@@ -79,20 +80,13 @@ type Proxy struct {
 	Mount string // where the download step sees it
 }
 
-// ResolveFetch reads the caller's Go module environment (`go env`).
-func ResolveFetch(ctx context.Context, cacheDir string) (*Fetch, error) {
-	keys := []string{"GOPROXY", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOSUMDB", "GOINSECURE", "GOFLAGS"}
-	wd, err := os.Getwd()
-	if err != nil {
-		return nil, err
-	}
-	out, err := plan.ModuleEnv(filepath.Join(cacheDir, "golist"), wd, keys...)
-	if err != nil {
-		return nil, fmt.Errorf("read the Go module environment with `go env`: %w", err)
-	}
-	var env map[string]string
-	if err := json.Unmarshal([]byte(out), &env); err != nil {
-		return nil, fmt.Errorf("go env -json: %w", err)
+// ResolveFetch prepares the module download for the caller's Go module
+// environment (plan.Host's GoEnv: `go env` of plan.ModuleEnvKeys).
+func ResolveFetch(ctx context.Context, cacheDir string, goEnv map[string]string) (*Fetch, error) {
+	keys := plan.ModuleEnvKeys
+	env := maps.Clone(goEnv)
+	if env == nil {
+		env = map[string]string{}
 	}
 	f := &Fetch{Secrets: map[string][]byte{}}
 	var netrc bytes.Buffer

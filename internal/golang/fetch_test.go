@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kiln-build/kiln/internal/plan"
 )
 
 // A canary credential for a host the download never contacts must not be
@@ -28,7 +30,7 @@ func TestDownloadCredentialsStayWithTheHostsThatNeedThem(t *testing.T) {
 	t.Setenv("GOPROXY", "https://proxy.example,direct")
 	t.Setenv("GOPRIVATE", "")
 	t.Setenv("GONOPROXY", "")
-	f, err := ResolveFetch(context.Background(), t.TempDir())
+	f, err := ResolveFetch(context.Background(), t.TempDir(), hostGoEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestDownloadCredentialsStayWithTheHostsThatNeedThem(t *testing.T) {
 	}
 
 	t.Setenv("GOPRIVATE", "git.corp.example/team/*")
-	f, err = ResolveFetch(context.Background(), t.TempDir())
+	f, err = ResolveFetch(context.Background(), t.TempDir(), hostGoEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +60,7 @@ func TestDownloadCredentialsStayWithTheHostsThatNeedThem(t *testing.T) {
 // would change for the same modules.
 func TestDownloadStepTakesNoHostBuildFlags(t *testing.T) {
 	t.Setenv("GOFLAGS", "-gcflags=all=-N -mod=mod -trimpath")
-	f, err := ResolveFetch(context.Background(), t.TempDir())
+	f, err := ResolveFetch(context.Background(), t.TempDir(), hostGoEnv(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,4 +119,14 @@ func TestVCSToolsAreFoundAgainOnlyWhileEveryFileIsAsItWas(t *testing.T) {
 	if _, ok := knownVCSTools(cache, index, []string{bin}); ok {
 		t.Error("found again although a library changed")
 	}
+}
+
+// hostGoEnv is the module environment a build reads before its plan.
+func hostGoEnv(t *testing.T) map[string]string {
+	t.Helper()
+	env, err := plan.ModuleEnvOf("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
 }

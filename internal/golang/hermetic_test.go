@@ -10,9 +10,9 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 
-	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
@@ -35,7 +35,7 @@ func TestCompileStepsCannotReachTheNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := golang.ToolchainArchive(ctx, p.Toolchain, cache)
+	tc, err := golang.ToolchainArchive(ctx, p.Toolchain, cache, strings.TrimSpace(string(proxy)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -39,14 +38,14 @@ func ToolchainArchiveDir(tc plan.Toolchain, cacheDir string) string {
 }
 
 // FetchToolchain makes the pinned toolchain available as a directory under
-// cacheDir and returns it. The archive comes from the first usable GOPROXY
-// entry and must match the pinned sha256; a verified extraction is reused.
-func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (string, error) {
+// cacheDir and returns it. The archive comes from the first usable entry
+// of goproxy (the host's GOPROXY, plan.Host) and must match the pinned sha256; a verified extraction is reused.
+func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir, goproxy string) (string, error) {
 	dir := ToolchainDir(tc, cacheDir)
 	if _, err := os.Stat(filepath.Join(dir, "bin", "go")); err == nil {
 		return dir, nil
 	}
-	proxy, err := moduleProxy()
+	proxy, err := moduleProxy(goproxy)
 	if err != nil {
 		return "", err
 	}
@@ -88,18 +87,15 @@ func FetchToolchain(ctx context.Context, tc plan.Toolchain, cacheDir string) (st
 	return dir, nil
 }
 
-// moduleProxy returns the first http(s) or file:// entry of `go env GOPROXY`.
-func moduleProxy() (string, error) {
-	out, err := exec.Command("go", "env", "GOPROXY").Output()
-	if err != nil {
-		return "", fmt.Errorf("read GOPROXY with `go env GOPROXY`: %w", err)
-	}
-	for _, e := range plan.ProxyEntries(string(out)) {
+// moduleProxy returns the first http(s) or file:// entry of GOPROXY (as
+// `go env GOPROXY` gives it).
+func moduleProxy(goproxy string) (string, error) {
+	for _, e := range plan.ProxyEntries(goproxy) {
 		if entry := e.URL; strings.HasPrefix(entry, "https://") || strings.HasPrefix(entry, "http://") || strings.HasPrefix(entry, "file://") {
 			return entry, nil
 		}
 	}
-	return "", fmt.Errorf("GOPROXY=%q has no http(s) or file:// proxy to fetch the Go toolchain from; set GOPROXY to a module proxy", strings.TrimSpace(string(out)))
+	return "", fmt.Errorf("GOPROXY=%q has no http(s) or file:// proxy to fetch the Go toolchain from; set GOPROXY to a module proxy", strings.TrimSpace(goproxy))
 }
 
 // Limits of a toolchain download. The archive is checked against the pin,
@@ -240,12 +236,12 @@ const ToolchainTar = "go.tar"
 // on every build; one file's stat takes nothing. It is made once from
 // FetchToolchain's directory, with fixed owners and times, so it is the
 // same bytes on every machine: its digest keys every Go step.
-func ToolchainArchive(ctx context.Context, tc plan.Toolchain, cacheDir string) (string, error) {
+func ToolchainArchive(ctx context.Context, tc plan.Toolchain, cacheDir, goproxy string) (string, error) {
 	dir := ToolchainArchiveDir(tc, cacheDir)
 	if _, err := os.Stat(filepath.Join(dir, ToolchainTar)); err == nil {
 		return dir, nil
 	}
-	src, err := FetchToolchain(ctx, tc, cacheDir)
+	src, err := FetchToolchain(ctx, tc, cacheDir, goproxy)
 	if err != nil {
 		return "", err
 	}

@@ -57,7 +57,7 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 		bad := tc
 		bad.SHA256 = strings.Repeat("0", 64)
 		cache := t.TempDir()
-		_, err := FetchToolchain(context.Background(), bad, cache)
+		_, err := FetchToolchain(context.Background(), bad, cache, os.Getenv("GOPROXY"))
 		if err == nil {
 			t.Fatal("a toolchain with the wrong hash was accepted")
 		}
@@ -73,7 +73,7 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 	t.Run("match", func(t *testing.T) {
 		good := tc
 		good.SHA256 = sum
-		dir, err := FetchToolchain(context.Background(), good, t.TempDir())
+		dir, err := FetchToolchain(context.Background(), good, t.TempDir(), os.Getenv("GOPROXY"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 		t.Setenv("GOPROXY", "file://"+dir)
 		good := tc
 		good.SHA256 = sum
-		got, err := FetchToolchain(context.Background(), good, t.TempDir())
+		got, err := FetchToolchain(context.Background(), good, t.TempDir(), os.Getenv("GOPROXY"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,7 +114,7 @@ func TestFetchToolchainVerifiesThePin(t *testing.T) {
 		t.Setenv("GOPROXY", "http://127.0.0.1:1")
 		bad := tc
 		bad.SHA256 = sum
-		_, err := FetchToolchain(context.Background(), bad, t.TempDir())
+		_, err := FetchToolchain(context.Background(), bad, t.TempDir(), os.Getenv("GOPROXY"))
 		if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") {
 			t.Errorf("error does not name the proxy: %v", err)
 		}

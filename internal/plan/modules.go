@@ -30,7 +30,7 @@ func (p *Plan) resolveModules(cfg *config.Config) error {
 	if !p.Workspace && !exists(filepath.Join(p.Root, "go.mod")) {
 		return fmt.Errorf("%s: no go.mod or go.work there; kiln builds a Go module or workspace from its root", p.Root)
 	}
-	mode, from, err := modMode(p.Root, cfg, p.Workspace)
+	mode, from, err := modMode(p.Root, cfg, p.Workspace, p.host.goFlags())
 	if err != nil {
 		return err
 	}
@@ -124,7 +124,7 @@ func (p *Plan) listEnv() []string {
 		gowork = filepath.Join(p.Root, "go.work")
 	}
 	flags := "-mod=" + p.ModMode
-	if slices.Contains(strings.Fields(os.Getenv("GOFLAGS")), "-modcacherw") {
+	if slices.Contains(strings.Fields(p.host.goFlags()), "-modcacherw") {
 		flags += " -modcacherw"
 	}
 	env := []string{"GOWORK=" + gowork, "GOFLAGS=" + flags}
@@ -141,9 +141,9 @@ func (p *Plan) listEnv() []string {
 // modMode chooses go's -mod the way go itself would: an explicit -mod in the
 // caller's GOFLAGS, then in build/kiln.yaml's go.env.GOFLAGS, then vendor
 // when vendor/modules.txt exists, else readonly.
-func modMode(root string, cfg *config.Config, workspace bool) (mode, from string, err error) {
+func modMode(root string, cfg *config.Config, workspace bool, goflags string) (mode, from string, err error) {
 	for _, src := range []struct{ name, flags string }{
-		{"GOFLAGS", os.Getenv("GOFLAGS")},
+		{"GOFLAGS", goflags},
 		{config.File + ": go.env.GOFLAGS", cfg.Go.Env["GOFLAGS"]},
 	} {
 		if m := modFlag(src.flags); m != "" {

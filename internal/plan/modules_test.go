@@ -33,8 +33,7 @@ func TestModMode(t *testing.T) {
 		{name: "-mod=mod in a workspace", env: "-mod=mod", root: plain, cfg: &config.Config{}, workspace: true, err: "refuses in workspace mode"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv("GOFLAGS", tc.env)
-			got, from, err := modMode(tc.root, tc.cfg, tc.workspace)
+			got, from, err := modMode(tc.root, tc.cfg, tc.workspace, tc.env)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("error %v, want one containing %q", err, tc.err)

@@ -32,6 +32,8 @@ import (
 type Plan struct {
 	Root  string `json:"-"`
 	lists listCache
+	// host are the host facts the plan was resolved with.
+	host *Host
 	// Reads are what the go list runs read, for no-op builds to check.
 	Reads           Reads              `json:"-"`
 	Module          string             `json:"module"`
@@ -157,6 +159,9 @@ type Options struct {
 	BuildPlatform *ocispec.Platform
 	// Images limits the plan to these images; all when empty.
 	Images []string
+	// Host are the host facts (git, go env) read before the plan; Resolve
+	// reads them itself when nil.
+	Host *Host
 	// BinaryPlatforms are more platforms the binaries are built for, beside
 	// the images' (release assets for darwin and windows): their files and
 	// modules are inputs too.
@@ -200,6 +205,12 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
 	}
 	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache, gocmd: opts.ListGo}}
+	p.host = opts.Host
+	if p.host == nil {
+		p.host = ReadHost(root, opts.ListCache, opts.Stamp, nil)
+	} else if opts.Stamp && !p.host.Git.Stamped {
+		return nil, fmt.Errorf("plan: a stamped build needs host facts read for stamping")
+	}
 	for name, size := range cfg.Budgets {
 		p.Budgets[name], _ = config.ParseSize(size) // validated by config.Load
 	}
@@ -335,9 +346,9 @@ func goEnv(cfg *config.Config, stamp Stamp, modMode string) GoEnv {
 
 func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 	p.Stamp = Stamp{Release: release, Version: devVersion, Commit: devCommit, TreeState: devTreeState}
-	commit, commitTime, err := gitHead(p.Root)
-	if err == nil {
-		p.Revision = commit
+	git := p.host.Git
+	if git.Err == nil {
+		p.Revision = git.Commit
 	}
 	if env := os.Getenv("SOURCE_DATE_EPOCH"); env != "" {
 		n, perr := strconv.ParseInt(env, 10, 64)
@@ -345,23 +356,24 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 			return fmt.Errorf("SOURCE_DATE_EPOCH=%q: not a non-negative integer of seconds", env)
 		}
 		p.SourceDateEpoch = n
-	} else if err == nil {
-		p.SourceDateEpoch = commitTime
+	} else if git.Err == nil {
+		p.SourceDateEpoch = git.Time
 	}
 	if release {
-		if err != nil {
-			return fmt.Errorf("stamping needs git: %w", err)
+		if git.Err != nil {
+			return fmt.Errorf("stamping needs git: %w", git.Err)
 		}
-		p.Stamp.Commit = commit
+		p.Stamp.Commit = git.Commit
 		p.Stamp.TreeState = "clean"
-		if dirty, derr := gitDirty(p.Root); derr != nil {
-			return derr
-		} else if dirty {
+		if git.DirtyErr != nil {
+			return git.DirtyErr
+		} else if git.Dirty {
 			p.Stamp.TreeState = "dirty"
 		}
-		if p.Stamp.Version, err = gitDescribe(p.Root); err != nil {
-			return err
+		if git.VersionErr != nil {
+			return git.VersionErr
 		}
+		p.Stamp.Version = git.Version
 	}
 	values := p.Stamp.values(p.SourceDateEpoch)
 	for _, kv := range cfg.Stamp.StampVariables() {
@@ -373,19 +385,6 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 // Created is the source date as the OCI "created" timestamp.
 func (p *Plan) Created() time.Time {
 	return time.Unix(p.SourceDateEpoch, 0).UTC()
-}
-
-func gitHead(root string) (string, int64, error) {
-	out, err := run(root, nil, "git", "log", "-1", "--format=%H %ct")
-	if err != nil {
-		return "", 0, err
-	}
-	fields := strings.Fields(out)
-	if len(fields) != 2 {
-		return "", 0, fmt.Errorf("git log: unexpected output %q", out)
-	}
-	t, err := strconv.ParseInt(fields[1], 10, 64)
-	return fields[0], t, err
 }
 
 func gitDirty(root string) (bool, error) {

@@ -77,10 +77,13 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if ropts.TrustCaches {
 		caches = "trusted"
 	}
-	p, err := session.Plan(opts)
+	// One load and one plan, checked before any daemon is contacted; Start
+	// resolves again only for a worker of another platform.
+	prepared, err := session.Prepare(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
+	p := prepared.Plan()
 	if p.Stamp.TreeState == "dirty" && !ropts.Force {
 		return nil, fmt.Errorf("the tree has uncommitted changes: commit them, or pass -force to release it stamped %q", "dirty")
 	}
@@ -112,7 +115,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	s, err := session.Start(ctx, opts)
+	s, err := prepared.Start(ctx)
 	if err != nil {
 		return nil, err
 	}

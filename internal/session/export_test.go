@@ -13,7 +13,7 @@ func TrustRecentInputs() func() {
 // AnsweredAsNoop says whether a build with opts would be answered from the
 // last one's record, without BuildKit.
 func AnsweredAsNoop(opts Options, kind string) bool {
-	_, _, ok := noopOutcome(opts, kind)
+	_, _, ok := noopOutcome(opts, kind, headOf(opts))
 	return ok
 }
 

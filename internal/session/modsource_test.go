@@ -162,7 +162,7 @@ func TestModuleSources(t *testing.T) {
 		if !slices.Equal(p.Modules, []string{"example.com/greet@v1.0.0"}) || p.ModMode != plan.ModReadonly {
 			t.Fatalf("modules %v, mode %s; want example.com/greet@v1.0.0 with -mod=readonly", p.Modules, p.ModMode)
 		}
-		fetch, err := golang.ResolveFetch(context.Background(), t.TempDir())
+		fetch, err := golang.ResolveFetch(context.Background(), t.TempDir(), p.Host().GoEnv)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -396,7 +396,7 @@ func TestModuleSources(t *testing.T) {
 
 		// The canary is in no definition, progress output, output file or daemon state.
 		p := modulePlan(t, app, "./cmd/hello")
-		fetch, err := golang.ResolveFetch(context.Background(), t.TempDir())
+		fetch, err := golang.ResolveFetch(context.Background(), t.TempDir(), p.Host().GoEnv)
 		if err != nil {
 			t.Fatal(err)
 		}

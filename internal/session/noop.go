@@ -123,11 +123,22 @@ func sessionStart(opts Options) uptodate.Clock {
 	return uptodate.FileSystemClock(filepath.Dir(place.path))
 }
 
+// headOf reads the git head of the tree opts build, once a build: the
+// no-op key and the plan both take it.
+func headOf(opts Options) *plan.Git {
+	place, ok := noopPlaceOf(opts, "")
+	if !ok {
+		return nil
+	}
+	head := plan.ReadGitHead(place.root)
+	return &head
+}
+
 // noopKey names everything a build depends on beside the files it reads:
 // kiln's executable (by content), the host go command (go env, and go list
 // where the pinned toolchain cannot list), the options, the
 // environment, the working directory and the commit (source date, labels).
-func noopKey(kind string, opts Options, kilnRoot, root string) (string, bool) {
+func noopKey(kind string, opts Options, kilnRoot, root string, head *plan.Git) (string, bool) {
 	exe, ok := uptodate.ExecutableDigest()
 	if !ok {
 		return "", false
@@ -155,15 +166,17 @@ func noopKey(kind string, opts Options, kilnRoot, root string) (string, bool) {
 	for _, kv := range env {
 		fmt.Fprintf(h, "env %s\n", kv)
 	}
-	head, err := exec.Command("git", "-C", root, "log", "-1", "--format=%H %ct").Output()
-	fmt.Fprintf(h, "git %s %v\n", head, err != nil)
+	if head == nil {
+		return "", false
+	}
+	fmt.Fprintf(h, "git %s\n", head.Key())
 	return hex.EncodeToString(h.Sum(nil)), true
 }
 
 // noopOutcome returns the recorded outcome of the last build of this kind
 // when nothing it read or wrote has changed since, and the explain folder
 // the record is in.
-func noopOutcome(opts Options, kind string) (*noopResult, string, bool) {
+func noopOutcome(opts Options, kind string, head *plan.Git) (*noopResult, string, bool) {
 	if !noopEligible(opts, false) {
 		return nil, "", false
 	}
@@ -178,7 +191,7 @@ func noopOutcome(opts Options, kind string) (*noopResult, string, bool) {
 	if err != nil {
 		return nil, "", false
 	}
-	key, ok := noopKey(kind, opts, place.kilnRoot, place.root)
+	key, ok := noopKey(kind, opts, place.kilnRoot, place.root, head)
 	if !ok {
 		return nil, "", false
 	}
@@ -238,7 +251,7 @@ type noopInputs struct {
 // options allow a record, what go list read is known, and no input changed
 // too recently to trust (at or after the build began, less the racy
 // window). wait waits for it, so that no stat outlives the build.
-func (s *Session) statNoopInputs(opts Options, kind string) *noopInputs {
+func (s *Session) statNoopInputs(opts Options, kind string, head *plan.Git) *noopInputs {
 	in := &noopInputs{done: make(chan struct{})}
 	start := s.began
 	if !start.OK || !noopEligible(opts, true) || s.sideEffects || s.Plan.Reads.Unknown {
@@ -248,7 +261,7 @@ func (s *Session) statNoopInputs(opts Options, kind string) *noopInputs {
 	trusted := start.At.Add(-uptodate.RacyWindow).UnixNano()
 	go func() {
 		defer close(in.done)
-		in.path, in.rec = s.noopInputRecord(opts, kind, trusted)
+		in.path, in.rec = s.noopInputRecord(opts, kind, trusted, head)
 	}()
 	return in
 }
@@ -256,13 +269,13 @@ func (s *Session) statNoopInputs(opts Options, kind string) *noopInputs {
 func (in *noopInputs) wait() { <-in.done }
 
 // noopInputRecord stats the inputs; none may have changed after trusted.
-func (s *Session) noopInputRecord(opts Options, kind string, trusted int64) (string, *noopRecord) {
+func (s *Session) noopInputRecord(opts Options, kind string, trusted int64, head *plan.Git) (string, *noopRecord) {
 	p := s.Plan
 	place, ok := noopPlaceOf(opts, kind)
 	if !ok {
 		return "", nil
 	}
-	key, ok := noopKey(kind, opts, place.kilnRoot, place.root)
+	key, ok := noopKey(kind, opts, place.kilnRoot, place.root, head)
 	if !ok {
 		return "", nil
 	}

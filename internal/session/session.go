@@ -140,7 +140,7 @@ func (o *Options) progress() (string, error) {
 // Plan loads and validates the configuration and resolves the plan, without
 // contacting BuildKit.
 func Plan(opts Options) (*plan.Plan, error) {
-	req, err := load(opts)
+	req, err := load(opts, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ type request struct {
 	cacheSuffix string
 }
 
-func load(opts Options) (*request, error) {
+func load(opts Options, head *plan.Git) (*request, error) {
 	root, err := opts.RootDir()
 	if err != nil {
 		return nil, err
@@ -175,11 +175,16 @@ func load(opts Options) (*request, error) {
 		}
 	}
 	po := plan.Options{Stamp: opts.Stamp, Images: opts.Images}
-	if cache, err := buildkit.CacheDir(); err == nil {
+	cache, cacheErr := buildkit.CacheDir()
+	if cacheErr == nil {
 		po.ListCache = filepath.Join(cache, "golist")
+	}
+	// The host facts, read once: nothing after the plan runs git or go env.
+	po.Host = plan.ReadHost(root, po.ListCache, opts.Stamp, head)
+	if cacheErr == nil {
 		// A plan without a daemon (`mage plan`) lists with the pinned go
 		// when a build fetched it already.
-		po.ListGo, _ = pinnedGo(context.Background(), cfg, hostPlatform(), cache, false)
+		po.ListGo, _ = pinnedGo(context.Background(), cfg, hostPlatform(), cache, false, po.Host)
 	}
 	if opts.BinaryPlatforms != "" {
 		if po.BinaryPlatforms, err = config.ParsePlatforms(opts.BinaryPlatforms); err != nil {
@@ -287,95 +292,193 @@ func firstOf(flag, configured string) string {
 	return configured
 }
 
-// Start checks everything the user wrote (configuration, flags, cache
-// specs), then contacts BuildKit, learns the worker's platform, resolves the
-// plan once for it and fetches the toolchain.
-func Start(ctx context.Context, opts Options) (*Session, error) {
-	return startAt(ctx, opts, sessionStart(opts))
+// Prepared is a build whose request is checked and whose plan is resolved
+// for this machine, before any daemon is contacted; Start connects it.
+type Prepared struct {
+	opts     Options
+	req      *request
+	mode     string
+	clock    uptodate.Clock
+	loading  *uptodate.PendingHashes
+	cache    string
+	excludes []string
+	// cacheTo and cacheFrom are the layer caches; goCacheTo and
+	// goCacheFrom the Go cache snapshot repositories, with their keys.
+	cacheTo, cacheFrom     []client.CacheOptionsEntry
+	goCacheTo, goCacheFrom string
+	goCacheKey             ed25519.PublicKey
+	signingKey             ed25519.PrivateKey
+	// plan is resolved for planned, with its local sources.
+	plan    *plan.Plan
+	planned ocispec.Platform
+	sources *sources
 }
 
-// startAt is Start for a session that began at clock, by the file system's
-// clock: Binaries and Images read it before Start.
-func startAt(ctx context.Context, opts Options, clock uptodate.Clock) (*Session, error) {
+// sources are a plan's local sources: the context, the toolchain archive,
+// and the module download's proxies, secrets and SSH agent.
+type sources struct {
+	locals map[string]string
+	fetch  *golang.Fetch
+	attach []bksession.Attachable
+}
+
+// Prepare checks everything the user wrote (configuration, flags, cache
+// specs, keys), reads the host facts (git, go env) once and resolves the
+// plan for this machine's platform, which is the worker's when kiln runs
+// the daemon: every configuration error comes before a daemon is contacted.
+func Prepare(ctx context.Context, opts Options) (*Prepared, error) {
+	return prepare(ctx, opts, sessionStart(opts), nil)
+}
+
+// Start prepares and starts a session.
+func Start(ctx context.Context, opts Options) (*Session, error) {
+	pr, err := Prepare(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return pr.Start(ctx)
+}
+
+// prepare is Prepare for a session that began at clock, by the file
+// system's clock, with the git head a no-op check read (nil: none).
+func prepare(ctx context.Context, opts Options, clock uptodate.Clock, head *plan.Git) (*Prepared, error) {
 	mode, err := opts.progress()
 	if err != nil {
 		return nil, err
 	}
-	req, err := load(opts)
+	req, err := load(opts, head)
 	if err != nil {
 		return nil, err
 	}
-	loading := uptodate.LoadSourceHashesAsync(sourceHashesPath(opts.OutDirFor(req.root)), req.root, clock)
-	cacheTo, err := buildkit.CacheEntries(opts.CacheTo, req.cfg.Cache.To, "-cacheto")
-	if err != nil {
+	pr := &Prepared{opts: opts, req: req, mode: mode, clock: clock}
+	pr.loading = uptodate.LoadSourceHashesAsync(sourceHashesPath(opts.OutDirFor(req.root)), req.root, clock)
+	if pr.cacheTo, err = buildkit.CacheEntries(opts.CacheTo, req.cfg.Cache.To, "-cacheto"); err != nil {
 		return nil, err
 	}
-	cacheFrom, err := buildkit.CacheEntries(opts.CacheFrom, req.cfg.Cache.From, "-cachefrom")
-	if err != nil {
+	if pr.cacheFrom, err = buildkit.CacheEntries(opts.CacheFrom, req.cfg.Cache.From, "-cachefrom"); err != nil {
 		return nil, err
 	}
-	goCacheTo, goCacheFrom := firstOf(opts.GoCacheTo, req.cfg.Cache.GoCacheTo), firstOf(opts.GoCacheFrom, req.cfg.Cache.GoCacheFrom)
+	pr.goCacheTo, pr.goCacheFrom = firstOf(opts.GoCacheTo, req.cfg.Cache.GoCacheTo), firstOf(opts.GoCacheFrom, req.cfg.Cache.GoCacheFrom)
 	if opts.Release && !opts.TrustCaches {
 		// Whoever can write to a cache registry could choose what a
 		// release contains: a release reads and writes no shared cache.
-		cacheTo, cacheFrom, goCacheTo, goCacheFrom = nil, nil, "", ""
+		pr.cacheTo, pr.cacheFrom, pr.goCacheTo, pr.goCacheFrom = nil, nil, "", ""
 		req.cacheSuffix = ReleaseCacheSuffix
 	}
-	if err := buildkit.CheckCacheBackend(cacheTo, opts.CacheTo, "-cacheto"); err != nil {
+	if err := buildkit.CheckCacheBackend(pr.cacheTo, opts.CacheTo, "-cacheto"); err != nil {
 		return nil, err
 	}
-	if err := buildkit.CheckCacheBackend(cacheFrom, opts.CacheFrom, "-cachefrom"); err != nil {
+	if err := buildkit.CheckCacheBackend(pr.cacheFrom, opts.CacheFrom, "-cachefrom"); err != nil {
 		return nil, err
 	}
-	pinned, signing, err := gocache.Keys(firstOf(opts.GoCacheKey, req.cfg.Cache.GoCacheKey), goCacheTo != "")
-	if err != nil {
+	if pr.goCacheKey, pr.signingKey, err = gocache.Keys(firstOf(opts.GoCacheKey, req.cfg.Cache.GoCacheKey), pr.goCacheTo != ""); err != nil {
 		return nil, err
 	}
-	if goCacheTo != "" {
-		if _, _, err := gocache.Repo(goCacheTo, "-gocacheto"); err != nil {
+	if pr.goCacheTo != "" {
+		if _, _, err := gocache.Repo(pr.goCacheTo, "-gocacheto"); err != nil {
 			return nil, err
 		}
 	}
-	if goCacheFrom != "" {
-		if _, _, err := gocache.Repo(goCacheFrom, "-gocachefrom"); err != nil {
+	if pr.goCacheFrom != "" {
+		if _, _, err := gocache.Repo(pr.goCacheFrom, "-gocachefrom"); err != nil {
 			return nil, err
 		}
 	}
-	excludes, err := dockerignore(req.root)
+	if pr.excludes, err = dockerignore(req.root); err != nil {
+		return nil, err
+	}
+	if pr.cache, err = buildkit.CacheDir(); err != nil {
+		return nil, err
+	}
+	if err := pr.resolve(ctx, hostPlatform()); err != nil {
+		return nil, err
+	}
+	return pr, nil
+}
+
+// Plan is the plan resolved for this machine's platform.
+func (pr *Prepared) Plan() *plan.Plan { return pr.plan }
+
+// resolve resolves the plan for the build platform bp, and its sources.
+func (pr *Prepared) resolve(ctx context.Context, bp ocispec.Platform) error {
+	req := pr.req
+	po := req.po
+	po.BuildPlatform = &bp
+	// Fetched before the plan, which it lists with.
+	var err error
+	if po.ListGo, err = pinnedGo(ctx, req.cfg, bp, pr.cache, true, po.Host); err != nil {
+		return err
+	}
+	p, err := plan.Resolve(req.root, req.cfg, po)
+	if err != nil {
+		return err
+	}
+	p.Cache.GoCache += req.cacheSuffix
+	src, err := pr.sourcesOf(ctx, p)
+	if err != nil {
+		return err
+	}
+	pr.plan, pr.planned, pr.sources = p, bp, src
+	return nil
+}
+
+// sourcesOf fetches the toolchain archive and reads what the module
+// download needs from the host.
+func (pr *Prepared) sourcesOf(ctx context.Context, p *plan.Plan) (*sources, error) {
+	host := pr.req.po.Host
+	tcDir, err := golang.ToolchainArchive(ctx, p.Toolchain, pr.cache, host.GoEnv["GOPROXY"])
 	if err != nil {
 		return nil, err
 	}
-	cache, err := buildkit.CacheDir()
+	src := &sources{locals: map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}}
+	if len(p.Modules) == 0 {
+		return src, nil
+	}
+	if host.GoEnvErr != nil {
+		return nil, host.GoEnvErr
+	}
+	src.locals[golang.LocalCACerts] = "/etc/ssl/certs"
+	if src.fetch, err = golang.ResolveFetch(ctx, pr.cache, host.GoEnv); err == nil {
+		src.attach, err = src.fetch.Attachables()
+	}
 	if err != nil {
 		return nil, err
 	}
+	maps.Copy(src.locals, src.fetch.Locals())
+	return src, nil
+}
+
+// Start contacts BuildKit and learns the worker's platform: a worker of
+// another platform than this machine's gets the plan resolved again for it.
+// Then it wires the sources, the caches and the step tool.
+func (pr *Prepared) Start(ctx context.Context) (*Session, error) {
+	opts, req := pr.opts, pr.req
 	kilnRoot, err := opts.RootDir()
 	if err != nil {
 		return nil, err
 	}
-
 	d, err := managed.Connect(ctx, kilnRoot)
 	if err != nil {
 		return nil, err
 	}
-	s, err := start(ctx, d, req, cache, excludes)
+	s, err := pr.start(ctx, d)
 	if err != nil {
 		d.Close()
 		return nil, err
 	}
-	s.clock, s.loading = clock, loading
-	s.mode, s.out = mode, opts.ProgressOut
-	s.cacheTo, s.cacheFrom = cacheTo, buildkit.JobCacheImports(cacheFrom)
-	s.sideEffects = len(cacheTo) > 0 || len(cacheFrom) > 0 || goCacheTo != "" || goCacheFrom != ""
+	s.clock, s.loading = pr.clock, pr.loading
+	s.mode, s.out = pr.mode, opts.ProgressOut
+	s.cacheTo, s.cacheFrom = pr.cacheTo, buildkit.JobCacheImports(pr.cacheFrom)
+	s.sideEffects = len(pr.cacheTo) > 0 || len(pr.cacheFrom) > 0 || pr.goCacheTo != "" || pr.goCacheFrom != ""
 	s.Golang.TraceCompiles = opts.TraceCompiles
-	s.goCacheTo, s.goCacheMax = goCacheTo, opts.GoCacheMax
-	s.goCacheKey, s.signingKey = pinned, signing
-	for _, e := range append(append([]client.CacheOptionsEntry{}, cacheTo...), cacheFrom...) {
+	s.goCacheTo, s.goCacheMax = pr.goCacheTo, opts.GoCacheMax
+	s.goCacheKey, s.signingKey = pr.goCacheKey, pr.signingKey
+	for _, e := range append(append([]client.CacheOptionsEntry{}, pr.cacheTo...), pr.cacheFrom...) {
 		if ref := e.Attrs["ref"]; ref != "" {
 			s.UseRegistry(ref)
 		}
 	}
-	for _, repo := range []string{goCacheTo, goCacheFrom} {
+	for _, repo := range []string{pr.goCacheTo, pr.goCacheFrom} {
 		if repo != "" {
 			s.UseRegistry(repo)
 		}
@@ -389,60 +492,37 @@ func startAt(ctx context.Context, opts Options, clock uptodate.Clock) (*Session,
 		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
 	}
 	if !opts.Release {
-		if err := s.useKeptStepTool(ctx, cache); err != nil {
+		if err := s.useKeptStepTool(ctx, pr.cache); err != nil {
 			s.Close()
 			return nil, err
 		}
 	}
-	if goCacheFrom != "" {
-		s.seedGoCache(ctx, goCacheFrom, cache)
+	if pr.goCacheFrom != "" {
+		s.seedGoCache(ctx, pr.goCacheFrom, pr.cache)
 	}
 	return s, nil
 }
 
-// start resolves the plan for the daemon's worker and wires its sources.
-func start(ctx context.Context, d *buildkit.Daemon, req *request, cache string, excludes []string) (*Session, error) {
+// start binds the plan for the daemon's worker to it.
+func (pr *Prepared) start(ctx context.Context, d *buildkit.Daemon) (*Session, error) {
 	bp, err := workerPlatform(ctx, d)
 	if err != nil {
 		return nil, err
 	}
-	if config.FormatPlatform(bp) != config.FormatPlatform(hostPlatform()) {
+	if config.FormatPlatform(bp) != config.FormatPlatform(pr.planned) {
 		log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
-	}
-	req.po.BuildPlatform = &bp
-	// Fetched before the plan, which it lists with.
-	if req.po.ListGo, err = pinnedGo(ctx, req.cfg, bp, cache, true); err != nil {
-		return nil, err
-	}
-	p, err := plan.Resolve(req.root, req.cfg, req.po)
-	if err != nil {
-		return nil, err
-	}
-	p.Cache.GoCache += req.cacheSuffix
-	tcDir, err := golang.ToolchainArchive(ctx, p.Toolchain, cache)
-	if err != nil {
-		return nil, err
-	}
-	locals := map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}
-	var fetch *golang.Fetch
-	var attach []bksession.Attachable
-	if len(p.Modules) > 0 {
-		locals[golang.LocalCACerts] = "/etc/ssl/certs"
-		if fetch, err = golang.ResolveFetch(ctx, cache); err == nil {
-			attach, err = fetch.Attachables()
-		}
-		if err != nil {
+		if err := pr.resolve(ctx, bp); err != nil {
 			return nil, err
 		}
-		maps.Copy(locals, fetch.Locals())
 	}
-	s := &Session{Graph: image.NewGraph(p, excludes, fetch), daemon: d, locals: locals, attach: attach}
+	p, src := pr.plan, pr.sources
+	s := &Session{Graph: image.NewGraph(p, pr.excludes, src.fetch), daemon: d, locals: src.locals, attach: src.attach}
 	if p.ModMode == plan.ModVendor {
 		files, err := s.Golang.UseVendorArchive()
 		if err != nil {
 			return nil, err
 		}
-		s.vendor = vendorarchive.New(p.Root, files, cache, &s.clock)
+		s.vendor = vendorarchive.New(p.Root, files, pr.cache, &s.clock)
 	}
 	return s, nil
 }
@@ -461,7 +541,7 @@ func hostPlatform() ocispec.Platform {
 // fetch, a toolchain not there yet is downloaded; where only the archive
 // sent to BuildKit is kept, a failed download leaves the listing to the go
 // on PATH.
-func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cache string, fetch bool) (string, error) {
+func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cache string, fetch bool, host *plan.Host) (string, error) {
 	if !runsHere(bp) {
 		return "", nil
 	}
@@ -471,7 +551,7 @@ func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cach
 	}
 	dir := golang.ToolchainDir(tc, cache)
 	if fetch {
-		if dir, err = golang.FetchToolchain(ctx, tc, cache); err != nil {
+		if dir, err = golang.FetchToolchain(ctx, tc, cache, host.GoEnv["GOPROXY"]); err != nil {
 			if _, archived := os.Stat(filepath.Join(golang.ToolchainArchiveDir(tc, cache), golang.ToolchainTar)); archived != nil {
 				return "", err
 			}
@@ -567,7 +647,8 @@ type ImagesOutcome struct {
 // Images builds every planned image and writes each as an OCI layout
 // tarball under <out>/images/<name>.oci.tar.
 func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
-	if r, dir, ok := noopOutcome(opts, "images"); ok {
+	head := headOf(opts)
+	if r, dir, ok := noopOutcome(opts, "images", head); ok {
 		return r.images(opts, dir)
 	}
 	began := startNoop(opts, "images")
@@ -575,13 +656,17 @@ func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
 	if !clock.OK {
 		clock = sessionStart(opts)
 	}
-	s, err := startAt(ctx, opts, clock)
+	pr, err := prepare(ctx, opts, clock, head)
+	if err != nil {
+		return nil, err
+	}
+	s, err := pr.Start(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
 	s.began = began
-	noopInputs := s.statNoopInputs(opts, "images")
+	noopInputs := s.statNoopInputs(opts, "images", head)
 	defer noopInputs.wait()
 	out, err := s.WriteImages(ctx, opts)
 	if err != nil {
@@ -761,7 +846,8 @@ type BinariesOutcome struct {
 // Binaries builds every configured binary for every platform and writes
 // them to <out>/bin/<os>_<arch>/<name>.
 func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
-	if r, _, ok := noopOutcome(opts, "binaries"); ok {
+	head := headOf(opts)
+	if r, _, ok := noopOutcome(opts, "binaries", head); ok {
 		return &BinariesOutcome{Dir: r.Dir, Kept: true, Steps: r.steps()}, nil
 	}
 	began := startNoop(opts, "binaries")
@@ -769,12 +855,16 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	if !clock.OK {
 		clock = sessionStart(opts)
 	}
-	s, err := startAt(ctx, opts, clock)
+	pr, err := prepare(ctx, opts, clock, head)
+	if err != nil {
+		return nil, err
+	}
+	s, err := pr.Start(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.began = began
-	noopInputs := s.statNoopInputs(opts, "binaries")
+	noopInputs := s.statNoopInputs(opts, "binaries", head)
 	defer noopInputs.wait()
 	defer s.Close()
 	var files []buildkit.FileCopy

@@ -101,7 +101,12 @@ func Toolchain(t testing.TB) {
 			toolchain.err = err
 			return
 		}
-		_, toolchain.err = golang.FetchToolchain(context.Background(), tc, cache)
+		env, err := plan.ModuleEnvOf("")
+		if err != nil {
+			toolchain.err = err
+			return
+		}
+		_, toolchain.err = golang.FetchToolchain(context.Background(), tc, cache, env["GOPROXY"])
 	})
 	if toolchain.err != nil {
 		Unavailable(t, "cannot fetch the pinned Go toolchain: %v", toolchain.err)

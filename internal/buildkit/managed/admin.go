@@ -51,7 +51,7 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	for _, wk := range workers {
 		var plats []string
 		for _, p := range wk.Platforms {
-			plats = append(plats, p.OS+"/"+p.Architecture+suffix(p.Variant))
+			plats = append(plats, config.FormatPlatform(p))
 		}
 		fmt.Fprintf(w, "worker %s: %s (%s)\n", wk.ID, wk.Labels["org.mobyproject.buildkit.worker.executor"], strings.Join(plats, ", "))
 	}
@@ -205,13 +205,6 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 	}
 	fmt.Fprintf(w, "pruned %d records, %s freed%s\n", records, config.FormatSize(freed), kept)
 	return nil
-}
-
-func suffix(variant string) string {
-	if variant == "" {
-		return ""
-	}
-	return "/" + variant
 }
 
 // Connect dials BUILDKIT_HOST when it is set, and otherwise the managed
