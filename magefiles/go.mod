@@ -1,5 +1,5 @@
 // The build layer's module: kiln and its BuildKit and containerd graph stay
-// here, out of the product's go.mod. mage.go at the root runs mage from here.
+// here, out of the product's go.mod; `go run mage.go` runs its tools.
 module github.com/kiln-build/kiln/magefiles
 
 go 1.26.8
@@ -92,4 +92,7 @@ require (
 
 replace github.com/kiln-build/kiln => ../
 
-tool github.com/magefile/mage
+tool (
+	github.com/kiln-build/kiln/targets/kiln-mage
+	github.com/magefile/mage
+)

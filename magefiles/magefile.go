@@ -1,8 +1,6 @@
 //go:build mage
 
-// This repository builds its binaries with kiln: these two imports are all
-// an adopting repository writes (with magefiles/go.mod requiring kiln).
-// Run `go run mage.go -l` for the targets.
+// Run `go run mage.go -l` for kiln's targets.
 package main
 
 import (

@@ -91,8 +91,8 @@ func TestEveryDocumentedTargetResolves(t *testing.T) {
 }
 
 // TestAdoptingRepository is an Antrea-shaped repository of its own that
-// adds kiln the way the README says: a magefile with two imports,
-// magefiles/go.mod requiring kiln, build/kiln.yaml with Antrea's stamp
+// adds kiln the way the README says: the two short files of Go
+// (adopterFiles), build/kiln.yaml with Antrea's stamp
 // variables, an agent image on a digest-pinned base running as root with a
 // folder of scripts, and a controller image on scratch. Its binaries share a
 // package and use a module from the proxy.
@@ -158,20 +158,9 @@ source: https://example.com/antrea
 		"images/antrea-agent/scripts/install_cni": "#!/bin/sh\necho cni installed\n",
 		"images/antrea-controller/image.yaml":     "binaries: [antrea-controller, antctl]\nentrypoint: [/usr/local/bin/antrea-controller]\n",
 		".gitignore":                              "_output/\nmagefiles/mage_output_file.go\n",
-		"mage.go":                                 read("mage.go"),
-		"magefiles/magefile.go":                   read("magefiles/magefile.go"),
-		"magefiles/hello.go":                      helloTarget,
-		"magefiles/go.mod": "module example.com/antrea/magefiles\n\ngo 1.26.8\n\nrequire github.com/kiln-build/kiln v0.0.0\n\n" +
-			"replace github.com/kiln-build/kiln => " + kiln + "\n\ntool github.com/magefile/mage\n",
-		"magefiles/go.sum": read("magefiles/go.sum"),
 	})
-	for _, dir := range []string{repo, filepath.Join(repo, "magefiles")} {
-		cmd := exec.Command("go", "mod", "tidy")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go mod tidy in %s: %v\n%s", dir, err, out)
-		}
-	}
+	adopt(t, repo, "example.com/antrea")
+	tidy(t, repo)
 	// A base named by tag alone is refused; images:pin writes its digest.
 	if out, err := mage(t, repo, "plan"); err == nil || !strings.Contains(out, "images:pin") || !strings.Contains(out, "images/antrea-agent/image.yaml: base") {
 		t.Errorf("mage plan with an unpinned base: %v\n%s", err, out)
@@ -248,54 +237,6 @@ source: https://example.com/antrea
 		t.Errorf("mage release -dryrun:\n%s", out)
 	}
 
-	// mage.go starts the targets without mage while nothing they are
-	// built from changed; a rewrite of a magefile that keeps its size and
-	// time goes through mage, and what runs is the rewritten target.
-	mageCache := t.TempDir()
-	hello := func(want string, skipsMage bool) string {
-		t.Helper()
-		cmd := exec.Command("go", "run", "mage.go", "hello")
-		cmd.Dir = repo
-		cmd.Env = append(os.Environ(), "KILN_MAGE_DEBUG=1", "MAGEFILE_CACHE="+mageCache)
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), want) || strings.Contains(string(out), "without mage") != skipsMage {
-			t.Errorf("mage hello: %v; want %q, mage skipped: %v\n%s", err, want, skipsMage, out)
-		}
-		return string(out)
-	}
-	hello("adopter hello 1", false) // compiles the targets, which record their start
-	hello("adopter hello 1", true)
-	helloFile := filepath.Join(repo, "magefiles", "hello.go")
-	fi, err := os.Stat(helloFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(helloFile, []byte(strings.Replace(helloTarget, "hello 1", "hello 2", 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(helloFile, fi.ModTime(), fi.ModTime()); err != nil {
-		t.Fatal(err)
-	}
-	hello("adopter hello 2", false)
-	// mage.go vouches for no file changed in the last 2 s (its change time
-	// is recent): the run after that records the targets.
-	time.Sleep(2 * time.Second)
-	hello("adopter hello 2", false)
-	hello("adopter hello 2", true)
-	// A record another user could have written names no binary to run.
-	stamps, _ := filepath.Glob(filepath.Join(mageCache, "kiln-targets-*.json"))
-	if len(stamps) != 1 {
-		t.Fatalf("records of the targets' start in %s: %v", mageCache, stamps)
-	}
-	if err := os.Chmod(stamps[0], 0o666); err != nil {
-		t.Fatal(err)
-	}
-	if out := hello("adopter hello 2", false); !strings.Contains(out, "writable by others") {
-		t.Errorf("mage hello with a record writable by others:\n%s", out)
-	}
-	// Back to the committed text: the stamp below wants a clean tree.
-	git("checkout", "--", "magefiles/hello.go")
-
 	run("images", "-platforms=linux/amd64", "-stamp", "-progress=quiet")
 	stamped, err := inspect.ReadLayout(agentTar)
 	if err != nil {
@@ -345,8 +286,196 @@ source: https://example.com/antrea
 	t.Logf("mage bench -runs=1 in the adopting repository:\n%s", report)
 }
 
+// The two files of Go an adopting repository writes, the same for every
+// kiln version: kiln-mage, which runs mage and whatever goes with it, comes
+// with kiln, a tool of magefiles/go.mod (adopt writes it).
+const (
+	adopterMageGo = `//go:build ignore
+
+// ` + "`go run mage.go ARGS`" + ` runs kiln's targets: kiln-mage, a tool of magefiles/go.mod.
+package main
+
+import (
+	"os"
+	"os/exec"
+	"syscall"
+)
+
+func main() {
+	goBin, err := exec.LookPath("go") // go run puts its own go first on PATH
+	if err == nil {
+		err = syscall.Exec(goBin, append([]string{"go", "tool", "-C", "magefiles", "kiln-mage"}, os.Args[1:]...), os.Environ())
+	}
+	panic(err)
+}
+`
+	adopterMagefile = `//go:build mage
+
+// Run ` + "`go run mage.go -l`" + ` for kiln's targets.
+package main
+
+import (
+	//mage:import
+	_ "github.com/kiln-build/kiln/targets"
+	//mage:import
+	_ "github.com/kiln-build/kiln/targets/namespaces"
+)
+`
+)
+
+// adopt adds kiln to the repository at dir, whose module is module, as
+// the README says: the two files of Go and magefiles/go.mod, requiring this
+// kiln (its go.sum is kiln's, so that go mod tidy needs no network).
+func adopt(t *testing.T, dir, module string) {
+	t.Helper()
+	kiln := testdaemon.RepoRoot(t)
+	sum, err := os.ReadFile(filepath.Join(kiln, "magefiles", "go.sum"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	modfixture.Write(t, dir, map[string]string{
+		"mage.go":               adopterMageGo,
+		"magefiles/magefile.go": adopterMagefile,
+		"magefiles/go.mod": "module " + module + "/magefiles\n\ngo 1.26.8\n\nrequire github.com/kiln-build/kiln v0.0.0\n\n" +
+			"replace github.com/kiln-build/kiln => " + kiln + "\n\n" +
+			"tool (\n\tgithub.com/kiln-build/kiln/targets/kiln-mage\n\tgithub.com/magefile/mage\n)\n",
+		"magefiles/go.sum": string(sum),
+	})
+}
+
+// tidy runs go mod tidy in the repository at dir and in its magefiles/.
+func tidy(t *testing.T, dir string) {
+	t.Helper()
+	for _, dir := range []string{dir, filepath.Join(dir, "magefiles")} {
+		cmd := exec.Command("go", "mod", "tidy")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go mod tidy in %s: %v\n%s", dir, err, out)
+		}
+	}
+}
+
+// TestKilnIsAdoptedAsItSays: kiln's own entry is the adopter's two files,
+// byte for byte, and they are short.
+func TestKilnIsAdoptedAsItSays(t *testing.T) {
+	root := testdaemon.RepoRoot(t)
+	lines := 0
+	for rel, want := range map[string]string{"mage.go": adopterMageGo, "magefiles/magefile.go": adopterMagefile} {
+		data, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(data) != want {
+			t.Errorf("kiln's %s is not what an adopter writes:\n%s\nwant\n%s", rel, data, want)
+		}
+		for _, line := range strings.Split(want, "\n") {
+			if strings.TrimSpace(line) != "" {
+				lines++
+			}
+		}
+	}
+	if lines > 25 {
+		t.Errorf("an adopter writes %d lines of Go; the issue allows about 20", lines)
+	}
+}
+
+// TestTheTargetsStartWithoutMageWhileNothingChanged: in an adopting
+// repository, kiln-mage starts the targets without mage while nothing they
+// are built from changed, in the repository's root, with the targets' exit
+// code; a rewrite of a magefile that keeps its size and time goes through
+// mage, and what runs is the rewritten target.
+func TestTheTargetsStartWithoutMageWhileNothingChanged(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiles the targets of a repository of its own")
+	}
+	repo := t.TempDir()
+	modfixture.Write(t, repo, map[string]string{
+		"go.mod":             "module example.com/adopter\n\ngo 1.26\n",
+		"magefiles/hello.go": helloTarget,
+	})
+	adopt(t, repo, "example.com/adopter")
+	tidy(t, repo)
+	root, err := filepath.EvalSymlinks(repo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kiln-mage vouches for no file changed in the last 2 s.
+	time.Sleep(2 * time.Second)
+
+	mageCache := t.TempDir()
+	hello := func(want string, skipsMage bool) string {
+		t.Helper()
+		cmd := exec.Command("go", "run", "mage.go", "hello")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "KILN_MAGE_DEBUG=1", "MAGEFILE_CACHE="+mageCache)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), want+" in "+root+"\n") || strings.Contains(string(out), "without mage") != skipsMage {
+			t.Errorf("mage hello: %v; want %q in %s, mage skipped: %v\n%s", err, want, root, skipsMage, out)
+		}
+		return string(out)
+	}
+	hello("adopter hello 1", false) // compiles the targets, which record their start
+	hello("adopter hello 1", true)
+	helloFile := filepath.Join(repo, "magefiles", "hello.go")
+	fi, err := os.Stat(helloFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(helloFile, []byte(strings.Replace(helloTarget, "hello 1", "hello 2", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(helloFile, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	hello("adopter hello 2", false)
+	// Its change time is recent: the run after that records the targets.
+	time.Sleep(2 * time.Second)
+	hello("adopter hello 2", false)
+	hello("adopter hello 2", true)
+
+	// The exit code of mage, or of the targets without it, comes back, not
+	// go run's (always 1). Run so, go puts itself on PATH once less than go
+	// run does: the first run goes through mage and records that.
+	for _, skipsMage := range []bool{false, true} {
+		cmd := exec.Command("go", "tool", "-C", "magefiles", "kiln-mage", "nosuch")
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "KILN_MAGE_DEBUG=1", "MAGEFILE_CACHE="+mageCache)
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != 2 || !strings.Contains(string(out), "Unknown target") || strings.Contains(string(out), "without mage") != skipsMage {
+			t.Errorf("kiln-mage nosuch: %v, exit code %d, want 2, mage skipped: %v\n%s", err, code, skipsMage, out)
+		}
+	}
+
+	// A record another user could have written names no binary to run.
+	stamps, _ := filepath.Glob(filepath.Join(mageCache, "kiln-targets-*.json"))
+	if len(stamps) != 1 {
+		t.Fatalf("records of the targets' start in %s: %v", mageCache, stamps)
+	}
+	if err := os.Chmod(stamps[0], 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if out := hello("adopter hello 2", false); !strings.Contains(out, "writable by others") {
+		t.Errorf("mage hello with a record writable by others:\n%s", out)
+	}
+}
+
 // helloTarget is a target of the adopting repository's own.
-const helloTarget = "//go:build mage\n\npackage main\n\nimport \"fmt\"\n\n// Hello says which build of the targets runs.\nfunc Hello() { fmt.Println(\"adopter hello 1\") }\n"
+const helloTarget = `//go:build mage
+
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+// Hello says which build of the targets runs, and where.
+func Hello() error {
+	wd, err := os.Getwd()
+	fmt.Println("adopter hello 1 in", wd)
+	return err
+}
+`
 
 // baseLayers are the layer digests of the base image (a digest-pinned
 // reference in reg) for one platform.
