@@ -14,5 +14,6 @@ func main() {
 	if err == nil {
 		err = syscall.Exec(goBin, append([]string{"go", "tool", "-C", "magefiles", "kiln-mage"}, os.Args[1:]...), os.Environ())
 	}
-	panic(err)
+	os.Stderr.WriteString("mage.go: run kiln's targets: " + err.Error() + "\n")
+	os.Exit(1)
 }
