@@ -1,3 +1,9 @@
+// Package buildkit owns kiln's side of the BuildKit client: dialing a
+// daemon (BUILDKIT_HOST's address, TLS, plain-text refusals), solving jobs
+// with progress and a heartbeat, exporting results without partial files
+// (OCI tarballs, and files read through the gateway into a folder with
+// spares), layer caches and registry credentials, and kiln's cache folder.
+// Package managed starts the local daemon.
 package buildkit
 
 import (

@@ -1,6 +1,8 @@
-// Package plan owns the second stage of the flow: it resolves a validated
-// configuration against the repository (git stamp, source date, platforms,
-// each binary's package file set) into the Plan that the LLB stage builds.
+// Package plan owns the second stage of the flow: it reads the host facts
+// once (git head and stamp, go env of the module settings: Host), and
+// resolves a validated configuration against the repository (stamp, source
+// date, platforms, the one Go environment, each binary's package file set)
+// into the Plan that the LLB stage builds.
 package plan
 
 import (
