@@ -209,8 +209,8 @@ func (g *Graph) downloadModules() llb.State {
 	common := []llb.RunOption{
 		llb.Dir(srcDir),
 		llb.AddEnv("HOME", "/root"),
-		llb.AddEnv("GOTOOLCHAIN", "local"),
-		llb.AddEnv("CGO_ENABLED", "0"),
+		addEnv(plan.LocalToolchain),
+		addEnv(plan.CgoOff),
 		llb.AddEnv("GOWORK", gowork),
 		readOnlyLayer(goroot, g.Toolchain),
 		llb.AddMount(srcDir, mods, llb.Readonly),
@@ -767,4 +767,10 @@ func sortedKeys(m map[string]bool) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// addEnv sets one NAME=value setting of package plan in a step.
+func addEnv(kv string) llb.StateOption {
+	name, value, _ := strings.Cut(kv, "=")
+	return llb.AddEnv(name, value)
 }

@@ -133,7 +133,7 @@ func (p *Plan) listEnv() []string {
 		// caller has (a go that switched toolchains sets GOROOT for what it
 		// runs, mage and kiln among them) or `go env -w` wrote.
 		goroot := filepath.Dir(filepath.Dir(p.lists.gocmd))
-		env = append(env, "GOTOOLCHAIN=local", "GOROOT="+goroot)
+		env = append(env, LocalToolchain, "GOROOT="+goroot)
 	}
 	return env
 }

@@ -309,6 +309,14 @@ func toolchainModule(goVersion string, plat ocispec.Platform) string {
 	return fmt.Sprintf("v0.0.1-go%s.%s-%s", goVersion, plat.OS, plat.Architecture)
 }
 
+// The settings every go command kiln runs has, whatever it builds: no cgo
+// (invariant 1), and the go it was given, never a toolchain switch. Every
+// step and listing takes them from here.
+const (
+	CgoOff         = "CGO_ENABLED=0"
+	LocalToolchain = "GOTOOLCHAIN=local"
+)
+
 // goEnv derives the one Go environment. Keep it the only place that does;
 // TargetEnv adds the only values that differ between compiles, and the LLB
 // stage adds the paths inside its steps (GOCACHE, GOWORK…).
@@ -318,8 +326,8 @@ func goEnv(cfg *config.Config, stamp Stamp, modMode string) GoEnv {
 		goflags = v + " " + goflags
 	}
 	env := []string{
-		"CGO_ENABLED=0",
-		"GOTOOLCHAIN=local",
+		CgoOff,
+		LocalToolchain,
 		"GOFLAGS=" + goflags,
 		"GOPROXY=off",
 		"GOSUMDB=off",
@@ -513,7 +521,7 @@ func (p *Plan) resolveBinaries(cfg *config.Config, extra []ocispec.Platform) (ma
 		}
 	}
 	for _, plat := range targets {
-		env := append(append([]string{"CGO_ENABLED=0"}, TargetEnv(plat)...), p.listEnv()...)
+		env := append(append([]string{CgoOff}, TargetEnv(plat)...), p.listEnv()...)
 		args := []string{"list", "-e", "-deps", "-json=" + listFields}
 		if tags != "" {
 			args = append(args, tags)

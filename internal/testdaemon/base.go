@@ -16,6 +16,7 @@ import (
 	"github.com/tonistiigi/fsutil"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
 )
 
 // BusyboxARM64 is where .ci/run puts Debian's busybox-static for arm64.
@@ -41,7 +42,7 @@ func (r *Registry) PushBase(t *testing.T, d *buildkit.Daemon, repo string) strin
 		res := gateway.NewResult()
 		var exp exptypes.Platforms
 		for _, p := range targets {
-			id := p.OS + "/" + p.Architecture
+			id := config.FormatPlatform(p)
 			// busybox is setuid, as a real base's mount or su is, so an
 			// image on this base needs kiln's setuid allow-list.
 			bb := llb.Local("busybox-"+p.Architecture, llb.IncludePatterns([]string{filepath.Base(busybox[p.Architecture])}))
