@@ -1,0 +1,240 @@
+package session
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/moby/buildkit/client"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/explain"
+	"github.com/kiln-build/kiln/internal/gocache"
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/uptodate"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
+)
+
+// ImageResult is one exported image.
+type ImageResult struct {
+	Name      string   `json:"name"`
+	Ref       string   `json:"ref"`
+	Digest    string   `json:"digest"`
+	Path      string   `json:"path"`
+	Platforms []string `json:"platforms"`
+	// Kept is true when the tarball written before was made from the same
+	// inputs, so the image was neither built nor exported.
+	Kept bool `json:"kept,omitempty"`
+}
+
+// ImagesOutcome is what Images built and which steps ran.
+type ImagesOutcome struct {
+	Images []ImageResult
+	buildkit.Steps
+	// Checks are the quick checks run on the new images.
+	Checks *inspect.Report
+	// Explanations say which steps ran and why.
+	Explanations []explain.Explanation
+	// GoCache is the Go cache snapshot published, when asked for.
+	GoCache *gocache.Result
+}
+
+// startRecording starts a session for a build of kind that may record a
+// no-op: it drops the last record (this build replaces its outputs, or
+// fails), starts, and takes its inputs' stats while the solve runs; wait
+// for them before the session closes.
+func startRecording(ctx context.Context, opts Options, kind string, head *plan.Git) (*Session, *noopInputs, error) {
+	began := startNoop(opts, kind)
+	clock := began
+	if !clock.OK {
+		clock = sessionStart(opts)
+	}
+	pr, err := prepare(ctx, opts, clock, head)
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := pr.Start(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	s.began = began
+	return s, s.statNoopInputs(opts, kind, head), nil
+}
+
+// Images builds every planned image and writes each as an OCI layout
+// tarball under <out>/images/<name>.oci.tar.
+func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	head := headOf(opts)
+	if r, dir, ok := noopOutcome(opts, "images", head); ok {
+		return r.images(opts, dir)
+	}
+	s, noopInputs, err := startRecording(ctx, opts, "images", head)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	defer noopInputs.wait()
+	out, err := s.WriteImages(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	if out.Checks == nil || out.Checks.Failed() == 0 {
+		r := noopResult{Images: out.Images}
+		var outputs []string
+		for _, img := range out.Images {
+			outputs = append(outputs, img.Path)
+		}
+		if !opts.SkipChecks {
+			outputs = append(outputs, inspect.CheckedMarker(ImagesDir(opts, s.Plan)))
+		}
+		for _, st := range out.Steps {
+			r.Steps = append(r.Steps, st.Name)
+		}
+		for _, e := range out.Explanations {
+			r.Tracked = append(r.Tracked, e.Step)
+		}
+		s.recordNoop(noopInputs, outputs, r)
+	}
+	return out, nil
+}
+
+// ImagesDir is where Images writes the images of p.
+func ImagesDir(opts Options, p *plan.Plan) string {
+	return filepath.Join(opts.OutDirFor(p.Root), "images")
+}
+
+// WriteImages builds every planned image in this session and writes each
+// as an OCI layout tarball, as Images does, but records no no-op.
+func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	outDir := opts.OutDirFor(s.Plan.Root)
+	dir := ImagesDir(opts, s.Plan)
+	inputs, err := s.inputs(outDir)
+	if err != nil {
+		return nil, err
+	}
+	done := readOutputs(outDir)
+	out := &ImagesOutcome{Images: make([]ImageResult, len(s.Plan.Images))}
+	keys := make([]string, len(s.Plan.Images))
+	var jobs []buildkit.Job
+	var solved []int
+	for i, img := range s.Plan.Images {
+		dest := inspect.ImagePath(dir, img.Name)
+		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
+		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
+		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
+		if r, ok := done.Current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (uptodate.FileStat{}) {
+			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
+			s.sawOutputs(r)
+			continue
+		}
+		solved = append(solved, i)
+		jobs = append(jobs, buildkit.Job{
+			Name:          img.Name,
+			Build:         s.Build(img),
+			FrontendAttrs: map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")},
+			Export:        client.ExportEntry{Type: client.ExporterOCI, Attrs: attrs},
+			Dest:          dest,
+		})
+	}
+	if len(jobs) > 0 {
+		outcome, err := s.SolveImages(ctx, jobs)
+		if err != nil {
+			return nil, err
+		}
+		out.Steps = outcome.Steps
+		for j, r := range outcome.Results {
+			i := solved[j]
+			out.Images[i].Digest, out.Images[i].Path = r.Digest, r.Dest
+			s.sawOutputs(done.Set("image "+s.Plan.Images[i].Name, s.recordable(keys[i]), r.Digest, []string{r.Dest}))
+		}
+		if err := done.Write(); err != nil {
+			return nil, err
+		}
+	}
+	s.saveSourceHashes()
+	// The steps of images kept as they were are reused, for explain.
+	for _, name := range slices.Sorted(maps.Keys(inputs)) {
+		if !slices.ContainsFunc(out.Steps, func(st buildkit.Step) bool { return st.Name == name }) {
+			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})
+		}
+	}
+	if !opts.SkipChecks {
+		var digests [][2]string
+		for _, img := range out.Images {
+			digests = append(digests, [2]string{img.Name, img.Digest})
+		}
+		if out.Checks, err = inspect.QuickChecksOnce(s.Plan, dir, digests); err != nil {
+			return nil, err
+		}
+		marker := inspect.CheckedMarker(dir)
+		if st, ok := uptodate.StatFile(marker); ok {
+			s.sawOutputs(uptodate.OutputRecord{Files: map[string]uptodate.FileStat{marker: st}})
+		}
+	}
+	if out.Explanations, err = record(opts, s.Plan, inputs, out.Steps); err != nil {
+		return nil, err
+	}
+	if s.goCacheTo != "" {
+		if out.GoCache, err = s.publishGoCache(ctx, s.goCacheTo, s.goCacheMax); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// recordable is the key to record outputs under: one no build matches when
+// a vendored file changed so lately that the build may not have built what
+// the key names. The record stays, for how the files were written.
+func (s *Session) recordable(key string) string {
+	if s.vendor.ChangedLately() {
+		return "unconfirmed " + key
+	}
+	return key
+}
+
+// mayReuse says whether outputs written by an earlier build with the same
+// inputs may stand in for this build's: not when the caller asked for a
+// rebuild, when every step must re-run, or when the solve has side effects
+// beside the outputs (layer cache and Go cache exports, traced compiles).
+// Every build records its outputs' key all the same: the bytes are the same.
+func (s *Session) mayReuse(opts Options) bool {
+	return !opts.Rebuild && !s.NoCache && !s.Golang.TraceCompiles && len(s.cacheTo) == 0 && s.goCacheTo == ""
+}
+
+// inputs are what each tracked step of this build depends on.
+func (s *Session) inputs(outDir string) (explain.Inputs, error) {
+	defs, err := s.Graph.Definitions()
+	if err != nil {
+		return nil, err
+	}
+	s.hashes = s.loading.Take(sourceHashesPath(outDir), s.Plan.Root, s.clock)
+	var files []string
+	for _, b := range s.Plan.Binaries {
+		files = append(files, b.Files...)
+	}
+	slices.Sort(files)
+	s.hashes.Prestat(slices.Compact(files))
+	return explain.Collect(s.Plan, defs, s.hashes.Hash)
+}
+
+// saveSourceHashes keeps the digests inputs read, once the build has
+// written its outputs: a failed build leaves nothing in the output folder.
+func (s *Session) saveSourceHashes() {
+	if s.hashes != nil {
+		s.hashes.Save()
+	}
+}
+
+// assembleSteps are the steps that put an image together, one per platform;
+// their inputs hold those of every binary in the image.
+func assembleSteps(img plan.Image) []string {
+	var steps []string
+	for _, target := range img.Targets {
+		steps = append(steps, image.AssembleStepName(img.Name, target))
+	}
+	return steps
+}
