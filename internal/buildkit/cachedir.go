@@ -3,11 +3,8 @@ package buildkit
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -50,20 +47,6 @@ func TrustedDir(dir string) error {
 		return fmt.Errorf("kiln cache %s is writable by others (mode %o): kiln runs the programs it caches there; chmod go-w %s", dir, fi.Mode().Perm(), dir)
 	}
 	return nil
-}
-
-// FileSHA256 is the hex sha256 of a file's content.
-func FileSHA256(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // LockFile takes an exclusive flock, waiting for other kiln processes.

@@ -4,8 +4,6 @@
 package explain
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -24,6 +22,7 @@ import (
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // Inputs maps a step name to its inputs, each a name and a digest.
@@ -56,9 +55,9 @@ func Collect(p *plan.Plan, defs map[string]map[string]string, hashFile func(rel 
 	}
 	shared := map[string]string{
 		"toolchain": p.Toolchain.SHA256[:12],
-		"stamp":     short([]byte(strings.Join([]string{p.Stamp.Version, p.Stamp.Commit, p.Stamp.TreeState}, " "))),
-		"flags":     short([]byte(strings.Join(append(append([]string{}, p.GoEnv.Env...), p.GoEnv.BuildArgs...), " "))),
-		"modules":   short([]byte(strings.Join(p.Modules, " "))),
+		"stamp":     Digest([]byte(strings.Join([]string{p.Stamp.Version, p.Stamp.Commit, p.Stamp.TreeState}, " "))),
+		"flags":     Digest([]byte(strings.Join(append(append([]string{}, p.GoEnv.Env...), p.GoEnv.BuildArgs...), " "))),
+		"modules":   Digest([]byte(strings.Join(p.Modules, " "))),
 	}
 	for _, target := range p.Platforms {
 		plat := config.FormatPlatform(target)
@@ -85,14 +84,14 @@ func Collect(p *plan.Plan, defs map[string]map[string]string, hashFile func(rel 
 			}
 			step := map[string]string{"created": fmt.Sprint(p.SourceDateEpoch)}
 			cfg, _ := json.Marshal(img.Image)
-			step["image.yaml"] = short(cfg)
+			step["image.yaml"] = Digest(cfg)
 			for _, f := range img.Files {
 				if err := hashTree(p.Root, path.Join(img.Dir, f.Src), step); err != nil {
 					return nil, err
 				}
 			}
 			for _, b := range img.Binaries {
-				step["binary "+b] = short([]byte(fmt.Sprint(in[link(b)])))
+				step["binary "+b] = Digest([]byte(fmt.Sprint(in[link(b)])))
 			}
 			in[image.AssembleStepName(img.Name, target)] = step
 		}
@@ -118,7 +117,7 @@ func hashTree(root, rel string, into map[string]string) error {
 		if err != nil {
 			return err
 		}
-		into["file "+filepath.ToSlash(r)] = short(data)
+		into["file "+filepath.ToSlash(r)] = Digest(data)
 		return nil
 	})
 }
@@ -127,12 +126,7 @@ func hashTree(root, rel string, into map[string]string) error {
 func isPart(input string) bool { return strings.HasPrefix(input, "definition of ") }
 
 // Digest is how explain names the bytes of a file.
-func Digest(data []byte) string { return short(data) }
-
-func short(data []byte) string {
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:6])
-}
+func Digest(data []byte) string { return uptodate.Digest(data) }
 
 // Explanation is one step of a build with why it ran.
 type Explanation struct {

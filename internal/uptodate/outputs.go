@@ -11,7 +11,6 @@ import (
 	"slices"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
-	"github.com/kiln-build/kiln/internal/explain"
 )
 
 // An output is up to date when the inputs that made it are the inputs of
@@ -35,7 +34,7 @@ type OutputRecord struct {
 
 // OutputKey is the key of an output made from these steps' inputs; false
 // when a step is not tracked, and the output must always be built.
-func OutputKey(kind, name string, inputs explain.Inputs, steps []string, extra ...string) (string, bool) {
+func OutputKey(kind, name string, inputs map[string]map[string]string, steps []string, extra ...string) (string, bool) {
 	exe, ok := ExecutableDigest()
 	if !ok {
 		return "", false

@@ -1,6 +1,8 @@
 package uptodate
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"os"
@@ -11,7 +13,6 @@ import (
 	"time"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
-	"github.com/kiln-build/kiln/internal/explain"
 )
 
 // SourceHashesFile keeps the digest of every source file explain read,
@@ -102,6 +103,12 @@ func (p *PendingHashes) Take(path, root string, began Clock) *SourceHashes {
 	return LoadSourceHashes(path, root, began)
 }
 
+// Digest is the short digest explain records of a file's content.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:6])
+}
+
 // Prestat stats the files of the root that Hash will be asked for, on
 // every CPU.
 func (h *SourceHashes) Prestat(rels []string) {
@@ -141,7 +148,7 @@ func (h *SourceHashes) Hash(rel string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f := hashedFile{Stat: st, Hash: explain.Digest(data)}
+	f := hashedFile{Stat: st, Hash: Digest(data)}
 	if ok {
 		h.now[rel] = f
 	}

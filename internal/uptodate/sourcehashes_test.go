@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/kiln-build/kiln/internal/explain"
 )
 
 // TestSourceHashesReadOnlyFilesWhoseStatChanged plants a digest in the
@@ -81,14 +79,14 @@ func TestSourceHashesReadOnlyFilesWhoseStatChanged(t *testing.T) {
 	if got["kept.go"] != "planted" {
 		t.Errorf("kept.go, unchanged, was read again (%s): the record was not used", got["kept.go"])
 	}
-	if want := explain.Digest([]byte("package a // two\n")); got["edited.go"] != want {
+	if want := Digest([]byte("package a // two\n")); got["edited.go"] != want {
 		t.Errorf("edited.go, rewritten with its size and time kept, hashed %s; want %s", got["edited.go"], want)
 	}
 
 	plant()
 	restore()
 	// Recorded within the racy window of kept.go's last change: not trusted.
-	if got := hashAll(); got["kept.go"] != explain.Digest([]byte("package a // kept\n")) {
+	if got := hashAll(); got["kept.go"] != Digest([]byte("package a // kept\n")) {
 		t.Errorf("kept.go was answered from a racy record: %s", got["kept.go"])
 	}
 }

@@ -9,12 +9,13 @@ package uptodate
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"debug/elf"
+	"encoding/hex"
+	"io"
 	"os"
 	"sync"
 	"time"
-
-	"github.com/kiln-build/kiln/internal/buildkit"
 )
 
 // RacyWindow is how old an input must be when a build starts for its stat
@@ -121,6 +122,20 @@ var ExecutableDigest = sync.OnceValues(func() (string, bool) {
 			}
 		}
 	}
-	sum, err := buildkit.FileSHA256(exe)
+	sum, err := FileSHA256(exe)
 	return sum, err == nil
 })
+
+// FileSHA256 is the hex sha256 of a file's content.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

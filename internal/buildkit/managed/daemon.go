@@ -26,6 +26,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // Version is the buildkitd kiln manages; tools/buildkitd.mod pins the same.
@@ -306,7 +307,7 @@ func (m *Managed) EnsureBinary(ctx context.Context) error {
 		os.Remove(tmp)
 		return fmt.Errorf("build buildkitd %s: %w\n%s", Version, err, out)
 	}
-	sum, err := buildkit.FileSHA256(tmp)
+	sum, err := uptodate.FileSHA256(tmp)
 	if err != nil {
 		return err
 	}
@@ -325,7 +326,7 @@ func (m *Managed) checkBinary() error {
 	if err != nil {
 		return err
 	}
-	got, err := buildkit.FileSHA256(m.Binary())
+	got, err := uptodate.FileSHA256(m.Binary())
 	if err != nil {
 		return err
 	}
@@ -358,7 +359,7 @@ func (m *Managed) start(ctx context.Context) error {
 	defer logf.Close()
 	// What the daemon started with, so that a later build can tell the
 	// user it runs settings the file no longer holds.
-	sum, err := buildkit.FileSHA256(config)
+	sum, err := uptodate.FileSHA256(config)
 	if err != nil {
 		return err
 	}

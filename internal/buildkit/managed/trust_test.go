@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 func TestACachedBinaryThatChangedIsRefused(t *testing.T) {
@@ -18,7 +18,7 @@ func TestACachedBinaryThatChangedIsRefused(t *testing.T) {
 	if err := m.checkBinary(); !os.IsNotExist(err) {
 		t.Errorf("a binary with no recorded sha256: %v; want it treated as missing (built again)", err)
 	}
-	sum, _ := buildkit.FileSHA256(m.Binary())
+	sum, _ := uptodate.FileSHA256(m.Binary())
 	os.WriteFile(m.Binary()+".sha256", []byte(sum+"\n"), 0o644)
 	if err := m.checkBinary(); err != nil {
 		t.Errorf("the recorded binary: %v", err)
