@@ -10,6 +10,7 @@ import (
 	gofs "io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // Job is one solve: a gateway build function and where its result goes.
@@ -136,11 +138,14 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		if err != nil {
 			return nil, fmt.Errorf("local source %s (%s): %w", name, dir, err)
 		}
-		mounts[name] = fs
+		mounts[name] = sameForEveryoneFS{fs, dir}
 	}
-	maps.Copy(mounts, opts.Mounts)
-	for name, fs := range mounts {
-		mounts[name] = sameForEveryoneFS{fs}
+	for name, fs := range opts.Mounts {
+		root := ""
+		if r, ok := fs.(RootedFS); ok {
+			root = r.Root()
+		}
+		mounts[name] = sameForEveryoneFS{fs, root}
 	}
 
 	statusCh := make(chan *client.SolveStatus)
@@ -289,6 +294,13 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 	return &Outcome{Results: results, Steps: logs.steps()}, nil
 }
 
+// RootedFS is a local source whose files lie under a folder of this
+// machine, which Root names.
+type RootedFS interface {
+	fsutil.FS
+	Root() string
+}
+
 // sameForEveryoneFS sends each file with the owner and permissions git
 // would check it out with: root; 0755 or 0644 by its owner's execute bit;
 // links 0777; no extended attributes. BuildKit keys every step on the
@@ -296,7 +308,17 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 // extended attributes, so two users' checkouts of one commit (another uid,
 // umask 002 against 022) would otherwise share no layer cache. Walk errors
 // pass through untouched, for the session's own filter to judge.
-type sameForEveryoneFS struct{ fsutil.FS }
+//
+// A regular file under root is sent with its change time as modification
+// time when that is later: BuildKit's file sync sends a file again only
+// when its size or modification time differ, so a rewrite that kept both
+// (cp -p, touch -r, a restore keeping times) would leave the old bytes in
+// the daemon while kiln, which reads the change time, builds anew. The
+// content hash BuildKit keys steps on leaves the modification time out.
+type sameForEveryoneFS struct {
+	fsutil.FS
+	root string
+}
 
 func (f sameForEveryoneFS) Walk(ctx context.Context, target string, fn gofs.WalkDirFunc) error {
 	return f.FS.Walk(ctx, target, func(path string, entry gofs.DirEntry, err error) error {
@@ -305,6 +327,11 @@ func (f sameForEveryoneFS) Walk(ctx context.Context, target string, fn gofs.Walk
 			if fi, infoErr := entry.Info(); infoErr == nil {
 				if st, ok := fi.Sys().(*fstypes.Stat); ok {
 					sameForEveryone(st)
+					if f.root != "" && os.FileMode(st.Mode).IsRegular() {
+						if now, ok := uptodate.StatPath(filepath.Join(f.root, filepath.FromSlash(path))); ok && now.Change > st.ModTime {
+							st.ModTime = now.Change
+						}
+					}
 					entry = &fsutil.DirEntryInfo{Stat: st}
 				}
 			}

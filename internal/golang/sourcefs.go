@@ -26,6 +26,9 @@ type listedFS struct {
 	open  map[string]bool
 }
 
+// Root is the folder the listed files lie under.
+func (l *listedFS) Root() string { return l.root }
+
 // newListedFS lists files (slash-separated, relative to root) for a local
 // source.
 func newListedFS(root string, files []string) *listedFS {

@@ -1,0 +1,49 @@
+package session
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/kiln-build/kiln/internal/modfixture"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+)
+
+// TestAnEditThatKeepsSizeAndModificationTimeIsBuilt: a source rewritten
+// with its size and modification time kept (cp -p, touch -r, a restore
+// that keeps times) is what the next build compiles. kiln sees the change
+// time; BuildKit's file sync compares size and modification time only, so
+// without the change time sent along it kept the old bytes and the build
+// printed the old value, recorded under the new inputs' key.
+func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
+	testdaemon.Buildkit(t)
+	app := t.TempDir()
+	say := func(word string) string {
+		return "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"" + word + "\\n\") }\n"
+	}
+	modfixture.Write(t, app, map[string]string{
+		"go.mod":            "module example.com/app\n\ngo 1.26\n",
+		"cmd/hello/main.go": say("one"),
+	})
+	main := filepath.Join(app, "cmd", "hello", "main.go")
+	past := time.Now().Add(-time.Hour).Truncate(time.Second)
+	keepTime := func() {
+		if err := os.Chtimes(main, past, past); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keepTime()
+	out := t.TempDir()
+	for _, word := range []string{"one", "two", "one"} {
+		if err := os.WriteFile(main, []byte(say(word)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		keepTime()
+		b, err := buildModuleInto(t, out, app, "./cmd/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.runs(t, "hello", word)
+	}
+}
