@@ -71,8 +71,13 @@ type GoEnv struct {
 	Env map[string]string `yaml:"env"`
 }
 
+// BuildEnvKeys are the variables beside GOOS, GOARCH and GOARM that choose
+// which files a build compiles (through build constraints) and how: every
+// compile and every listing takes them from go.env, never from the host.
+var BuildEnvKeys = []string{"GOAMD64", "GOARM64", "GO386", "GOPPC64", "GORISCV64", "GOEXPERIMENT"}
+
 // goEnvKeys are the variables go.env may set.
-var goEnvKeys = []string{"GOAMD64", "GOARM64", "GO386", "GOPPC64", "GORISCV64", "GOEXPERIMENT", "GOFLAGS", "CGO_ENABLED"}
+var goEnvKeys = append(slices.Clone(BuildEnvKeys), "GOFLAGS", "CGO_ENABLED")
 
 // Binary is one main package kiln builds.
 type Binary struct {

@@ -3,7 +3,9 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -11,6 +13,13 @@ import (
 // ModuleEnvKeys are the settings of the go command a build takes from the
 // host: the module download step gets them, and GOFLAGS steers -mod.
 var ModuleEnvKeys = []string{"GOPROXY", "GOPRIVATE", "GONOPROXY", "GONOSUMDB", "GOSUMDB", "GOINSECURE", "GOFLAGS"}
+
+// listHostKeys are the host's settings the listings run with besides
+// ModuleEnvKeys: where modules are and how they are fetched. The listings
+// run with GOENV=off and these set as go env gives them, so that a
+// `go env -w` of a setting that chooses files (GOAMD64, GOEXPERIMENT…)
+// steers no listing: those come from kiln.yaml, as in the compile.
+var listHostKeys = []string{"GOMODCACHE", "GOPATH", "GOVCS", "GOAUTH", "GOTOOLCHAIN"}
 
 // Host is what kiln reads of the machine and the repository it builds,
 // once, before the plan: no stage after it runs git or `go env`.
@@ -84,7 +93,7 @@ func readModuleEnv(listCache string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := ModuleEnv(listCache, wd, ModuleEnvKeys...)
+	out, err := ModuleEnv(listCache, wd, append(slices.Clone(ModuleEnvKeys), listHostKeys...)...)
 	if err != nil {
 		return nil, fmt.Errorf("read the Go module environment with `go env`: %w", err)
 	}
@@ -98,6 +107,22 @@ func readModuleEnv(listCache string) (map[string]string, error) {
 // ModuleEnvOf is `go env` of ModuleEnvKeys, read now (tests, and callers
 // without a plan); listCache as for ReadHost.
 func ModuleEnvOf(listCache string) (map[string]string, error) { return readModuleEnv(listCache) }
+
+// listEnv is the host's part of a listing's environment: GOENV=off and the
+// module settings as go env gave them; nil when go env could not be read
+// (the listing then runs in the host's environment as it is).
+func (h *Host) listEnv() []string {
+	if h == nil || h.GoEnvErr != nil || h.GoEnv == nil {
+		return nil
+	}
+	env := []string{"GOENV=off"}
+	for _, k := range slices.Sorted(maps.Keys(h.GoEnv)) {
+		if k != "GOFLAGS" && h.GoEnv[k] != "" {
+			env = append(env, k+"="+h.GoEnv[k])
+		}
+	}
+	return env
+}
 
 // goFlags is the host's GOFLAGS as go sees it: `go env` when it could be
 // read, else the variable.

@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/config"
 )
@@ -108,5 +111,72 @@ func TestListCacheKeyHasOnlyTheValuesGoSees(t *testing.T) {
 	c2, _ := c.key("/src", []string{"GOTOOLCHAIN=local", "GOROOT=/other-pinned"}, []string{"list"})
 	if c2 == b {
 		t.Error("the GOROOT go lists with is not in the key")
+	}
+}
+
+// The listing chooses a binary's files as its compile does: the variables
+// that choose files by build constraint (GOAMD64, GOEXPERIMENT…) and the
+// tags of go.env's GOFLAGS come from kiln.yaml, never from the shell or a
+// `go env -w`, since the compile in BuildKit sees neither.
+func TestTheListingChoosesFilesAsTheCompileDoes(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := config.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := t.TempDir()
+	files := map[string]string{
+		"go.mod":                "module example.com/app\n\ngo 1.26\n",
+		"cmd/hello/main.go":     "package main\n\nfunc main() {}\n",
+		"cmd/hello/v3.go":       "//go:build amd64.v3\n\npackage main\n",
+		"cmd/hello/jsonv2.go":   "//go:build goexperiment.jsonv2\n\npackage main\n",
+		"cmd/hello/tagged.go":   "//go:build kilntag\n\npackage main\n",
+		"cmd/hello/untagged.go": "//go:build !kilntag\n\npackage main\n",
+	}
+	for name, body := range files {
+		path := filepath.Join(app, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listed := func(env map[string]string) []string {
+		t.Helper()
+		cfg := *repo
+		cfg.Binaries, cfg.Images, cfg.Budgets, cfg.Stamp = []config.Binary{{Name: "hello", Package: "./cmd/hello"}}, nil, nil, config.Stamp{}
+		cfg.Go.Env = env
+		amd64 := []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}
+		p, err := Resolve(app, &cfg, Options{Platforms: amd64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Binary("hello").Files
+	}
+	// The shell and the go env file ask for v3, jsonv2 and the tag.
+	envFile := filepath.Join(t.TempDir(), "env")
+	if err := os.WriteFile(envFile, []byte("GOAMD64=v3\nGOEXPERIMENT=jsonv2\nGOFLAGS=-tags=kilntag\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("GOENV", envFile)
+	got := listed(nil)
+	if want := []string{"cmd/hello/main.go", "cmd/hello/untagged.go", "go.mod"}; !slices.Equal(got, want) {
+		t.Errorf("with the host's go env file asking for v3, jsonv2 and a tag, kiln.yaml for none: %v, want %v", got, want)
+	}
+	t.Setenv("GOENV", "off")
+	t.Setenv("GOAMD64", "v3")
+	t.Setenv("GOEXPERIMENT", "jsonv2")
+	if got := listed(nil); slices.Contains(got, "cmd/hello/v3.go") || slices.Contains(got, "cmd/hello/jsonv2.go") {
+		t.Errorf("the shell's GOAMD64 and GOEXPERIMENT chose files: %v", got)
+	}
+	t.Setenv("GOAMD64", "")
+	t.Setenv("GOEXPERIMENT", "")
+	got = listed(map[string]string{"GOAMD64": "v3", "GOEXPERIMENT": "jsonv2", "GOFLAGS": "-tags=kilntag"})
+	if want := []string{"cmd/hello/jsonv2.go", "cmd/hello/main.go", "cmd/hello/tagged.go", "cmd/hello/v3.go", "go.mod"}; !slices.Equal(got, want) {
+		t.Errorf("with kiln.yaml's go.env asking for v3, jsonv2 and the tag: %v, want %v", got, want)
 	}
 }

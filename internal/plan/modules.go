@@ -116,18 +116,27 @@ func existing(files []string) []string {
 	return slices.DeleteFunc(slices.Clone(files), func(f string) bool { return !exists(f) })
 }
 
-// listEnv is the environment of the host-side go list runs: the build's
-// module mode, and the workspace only when the build uses it.
+// listEnv is the environment of the host-side go list runs: the host's
+// module settings, the build's module mode and GOFLAGS and the variables
+// that choose files (as the compile has them, from kiln.yaml's go.env),
+// and the workspace only when the build uses it.
 func (p *Plan) listEnv() []string {
 	gowork := "off"
 	if p.Workspace {
 		gowork = filepath.Join(p.Root, "go.work")
 	}
 	flags := "-mod=" + p.ModMode
+	if v := WithoutModFlag(p.goEnvConfig["GOFLAGS"]); v != "" {
+		flags = v + " " + flags
+	}
 	if slices.Contains(strings.Fields(p.host.goFlags()), "-modcacherw") {
 		flags += " -modcacherw"
 	}
-	env := []string{"GOWORK=" + gowork, "GOFLAGS=" + flags}
+	env := p.host.listEnv()
+	for _, k := range config.BuildEnvKeys {
+		env = append(env, k+"="+p.goEnvConfig[k])
+	}
+	env = append(env, "GOWORK="+gowork, "GOFLAGS="+flags)
 	if p.lists.gocmd != "" {
 		// The pinned go lists as it is, with its own GOROOT, whatever the
 		// caller has (a go that switched toolchains sets GOROOT for what it

@@ -36,6 +36,9 @@ type Plan struct {
 	lists listCache
 	// host are the host facts the plan was resolved with.
 	host *Host
+	// goEnvConfig is kiln.yaml's go.env, which the listings take as the
+	// compile does.
+	goEnvConfig map[string]string
 	// Reads are what the go list runs read, for no-op builds to check.
 	Reads           Reads              `json:"-"`
 	Module          string             `json:"module"`
@@ -207,7 +210,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
 	}
 	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache, gocmd: opts.ListGo}}
-	p.host = opts.Host
+	p.host, p.goEnvConfig = opts.Host, cfg.Go.Env
 	if p.host == nil {
 		p.host = ReadHost(root, opts.ListCache, opts.Stamp, nil)
 	} else if opts.Stamp && !p.host.Git.Stamped {
