@@ -2,6 +2,7 @@ package buildkit
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -195,9 +196,11 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				exp.OutputDir = tmp
 			} else if exp.Type != "" {
 				exp.Output = func(md map[string]string) (io.WriteCloser, error) {
-					// A no-op build exports the image it exported last
-					// time: the daemon skips sending it when told so.
-					if dg := md[exptypes.ExporterImageDigestKey]; dg != "" && dg == layoutDigest(job.Dest) {
+					// A build that exports the image it exported last time
+					// (a -rebuild, a lost record) keeps the tarball when
+					// it is intact: the daemon skips sending it when told
+					// so.
+					if dg := md[exptypes.ExporterImageDigestKey]; dg != "" && dg == intactLayoutDigest(job.Dest) {
 						unchanged[i] = true
 						return alreadyExported{}, nil
 					}
@@ -514,27 +517,82 @@ func (alreadyExported) Close() error {
 	return status.Error(codes.AlreadyExists, "the image is in place already")
 }
 
-// layoutDigest is the index digest of an OCI layout tarball, "" when there
-// is none (no file, or not a layout). Only the headers are read.
-func layoutDigest(path string) string {
+// intactLayoutDigest is the index digest of an OCI layout tarball whose
+// every blob holds the bytes its name says and whose every blob the index
+// reaches is there; "" otherwise (no file, not a layout, a flipped byte,
+// a blob missing). Only such a tarball may stand for the export.
+func intactLayoutDigest(path string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
+	seen := map[digest.Digest]bool{}
+	small := map[digest.Digest][]byte{} // the index and manifests, to follow
+	var index ocispec.Index
+	indexed := false
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
 			return ""
 		}
-		if h.Name != "index.json" {
-			continue
+		name := strings.TrimPrefix(h.Name, "./")
+		switch {
+		case name == "index.json":
+			if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil || len(index.Manifests) != 1 {
+				return ""
+			}
+			indexed = true
+		case strings.HasPrefix(name, "blobs/sha256/") && h.Typeflag == tar.TypeReg:
+			want := digest.NewDigestFromEncoded(digest.SHA256, strings.TrimPrefix(name, "blobs/sha256/"))
+			if want.Validate() != nil {
+				return ""
+			}
+			verifier := want.Verifier()
+			var keep bytes.Buffer
+			w := io.Writer(verifier)
+			if h.Size <= 1<<20 {
+				w = io.MultiWriter(verifier, &keep)
+			}
+			if _, err := io.Copy(w, tr); err != nil || !verifier.Verified() {
+				return ""
+			}
+			seen[want] = true
+			if h.Size <= 1<<20 {
+				small[want] = keep.Bytes()
+			}
 		}
-		var index ocispec.Index
-		if err := json.NewDecoder(io.LimitReader(tr, 1<<20)).Decode(&index); err != nil || len(index.Manifests) != 1 {
+	}
+	if !indexed {
+		return ""
+	}
+	// Every blob the index reaches, through image indexes and manifests.
+	queue := []digest.Digest{index.Manifests[0].Digest}
+	for len(queue) > 0 {
+		d := queue[0]
+		queue = queue[1:]
+		if !seen[d] {
 			return ""
 		}
-		return index.Manifests[0].Digest.String()
+		var node struct {
+			Manifests []ocispec.Descriptor `json:"manifests"`
+			Config    *ocispec.Descriptor  `json:"config"`
+			Layers    []ocispec.Descriptor `json:"layers"`
+		}
+		data, ok := small[d]
+		if !ok || json.Unmarshal(data, &node) != nil {
+			continue // a layer, or a blob too large to be a manifest
+		}
+		for _, m := range append(node.Manifests, node.Layers...) {
+			queue = append(queue, m.Digest)
+		}
+		if node.Config != nil {
+			queue = append(queue, node.Config.Digest)
+		}
 	}
+	return index.Manifests[0].Digest.String()
 }

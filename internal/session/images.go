@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -125,7 +126,8 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 		dest := inspect.ImagePath(dir, img.Name)
 		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
 		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
-		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), "oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))
+		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), append(configsOf(s.Plan, img),
+			"oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))...)
 		if r, ok := done.Current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (uptodate.FileStat{}) {
 			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
 			s.sawOutputs(r)
@@ -227,6 +229,19 @@ func (s *Session) saveSourceHashes() {
 	if s.hashes != nil {
 		s.hashes.Save()
 	}
+}
+
+// configsOf are the image's OCI configs as kiln writes them, one per
+// platform, for its key: labels (revision, source, version), created time,
+// env, entrypoint and user are made at solve time, in no step's
+// definition. What the base adds is named by its digest, in image.yaml.
+func configsOf(p *plan.Plan, img plan.Image) []string {
+	var out []string
+	for _, target := range img.Targets {
+		data, _ := json.Marshal(image.Config(p, img, target, nil))
+		out = append(out, "config "+string(data))
+	}
+	return out
 }
 
 // assembleSteps are the steps that put an image together, one per platform;

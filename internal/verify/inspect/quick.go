@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // ImagePath is where `images` writes an image under imagesDir.
@@ -38,8 +40,8 @@ func ReadImages(p *plan.Plan, imagesDir string) (map[string]*Layout, map[string]
 }
 
 // QuickChecksOnce runs QuickChecks unless the images with these digests
-// (name and digest, in order) passed them before with these budgets: a
-// no-op build stays fast.
+// (name and digest, in order) passed them before, by this kiln, with these
+// budgets and allowances: a no-op build stays fast.
 func QuickChecksOnce(p *plan.Plan, imagesDir string, digests [][2]string) (*Report, error) {
 	var key strings.Builder
 	for _, d := range digests {
@@ -48,8 +50,11 @@ func QuickChecksOnce(p *plan.Plan, imagesDir string, digests [][2]string) (*Repo
 	for _, b := range slices.Sorted(maps.Keys(p.Budgets)) {
 		fmt.Fprintf(&key, "budget %s %d\n", b, p.Budgets[b])
 	}
+	allow, _ := json.Marshal(AllowancesOf(p))
+	exe, known := uptodate.ExecutableDigest()
+	fmt.Fprintf(&key, "allow %s\nkiln %s\n", allow, exe)
 	marker := CheckedMarker(imagesDir)
-	if prev, err := os.ReadFile(marker); err == nil && string(prev) == key.String() {
+	if prev, err := os.ReadFile(marker); known && err == nil && string(prev) == key.String() {
 		return &Report{}, nil
 	}
 	report, err := QuickChecks(p, imagesDir)
