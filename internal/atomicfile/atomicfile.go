@@ -60,6 +60,13 @@ func Replace(tmp, dest string) error {
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return err
 	}
+	// One exchange where the system has it: at no moment is dest missing,
+	// and a kill leaves either folder whole under one of the two names.
+	if _, err := os.Lstat(dest); err == nil {
+		if err := exchange(tmp, dest); err == nil {
+			return os.RemoveAll(tmp) // the old folder, under the temporary name
+		}
+	}
 	old := ""
 	if _, err := os.Stat(dest); err == nil {
 		old = tmp + ".old"

@@ -112,6 +112,11 @@ type SolveOptions struct {
 	CacheExports, CacheImports []client.CacheOptionsEntry
 	// Hint, when set, adds a remedy to a failed step's output ("" for none).
 	Hint func(output string) string
+	// Check, when set, judges the outputs before any replaces the one in
+	// place: at maps each job's Dest to where its output is now (a
+	// temporary name, or Dest itself when the one in place was kept). An
+	// error leaves every output in place as it was.
+	Check func(results []Result, at map[string]string) error
 }
 
 // ProgressModes are the accepted values of -progress and KILN_PROGRESS.
@@ -275,12 +280,14 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 		cleanup()
 		return nil, d.explain(ctx, err, logs, opts.Hint)
 	}
+	at := map[string]string{}
 	for i, job := range jobs {
 		if job.Dest == "" {
 			continue
 		}
+		at[job.Dest] = temps[i]
 		if unchanged[i] {
-			os.RemoveAll(temps[i])
+			at[job.Dest] = job.Dest
 			continue
 		}
 		if job.Complete != nil {
@@ -288,6 +295,21 @@ func (d *Daemon) Solve(ctx context.Context, jobs []Job, opts SolveOptions) (*Out
 				cleanup()
 				return nil, err
 			}
+		}
+	}
+	if opts.Check != nil {
+		if err := opts.Check(results, at); err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	for i, job := range jobs {
+		if job.Dest == "" {
+			continue
+		}
+		if unchanged[i] {
+			os.RemoveAll(temps[i])
+			continue
 		}
 		if err := atomicfile.Replace(temps[i], job.Dest); err != nil {
 			cleanup()

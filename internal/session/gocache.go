@@ -50,14 +50,21 @@ func (s *Session) publishGoCache(ctx context.Context, repo string, max int64) (*
 	return gocache.Publish(ctx, repo, s.Plan, st, s.signingKey, push)
 }
 
-// solveImages solves image jobs, then, when a layer cache is to be
+// SolveImages solves image jobs, then, when a layer cache is to be
 // exported, exports it once for all images from one job ("images"). Per-job
 // exports held the steps the images share (antctl, the package steps) under
 // several refs, and a daemon importing them all then reran some of those
 // steps now and then.
 func (s *Session) SolveImages(ctx context.Context, jobs []buildkit.Job) (*buildkit.Outcome, error) {
+	return s.solveImages(ctx, jobs, nil)
+}
+
+// solveImages is SolveImages with check judging the tarballs before they
+// replace the ones in place (buildkit.SolveOptions.Check).
+func (s *Session) solveImages(ctx context.Context, jobs []buildkit.Job, check func([]buildkit.Result, map[string]string) error) (*buildkit.Outcome, error) {
 	opts := s.solveOptions(ctx)
 	opts.CacheExports = nil
+	opts.Check = check
 	out, err := s.daemon.Solve(ctx, jobs, opts)
 	if err != nil || len(s.cacheTo) == 0 {
 		return out, err

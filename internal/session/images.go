@@ -142,8 +142,42 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 			Dest:          dest,
 		})
 	}
+	// The quick checks judge the new tarballs before they replace the ones
+	// in place: a build whose images fail them leaves the last ones.
+	checked := false
+	quickChecks := func(at func(name string) string, fresh bool) error {
+		if opts.SkipChecks {
+			return nil
+		}
+		var digests [][2]string
+		for _, img := range out.Images {
+			digests = append(digests, [2]string{img.Name, img.Digest})
+		}
+		report, err := inspect.QuickChecksOnce(s.Plan, dir, at, digests)
+		if err != nil {
+			return err
+		}
+		out.Checks, checked = report, true
+		if report.Failed() > 0 && fresh {
+			return fmt.Errorf("%w\nthe new images were not written: %s holds the last ones", report.Err(), dir)
+		}
+		if report.Failed() > 0 {
+			return fmt.Errorf("%w\n(of the images in %s, up to date)", report.Err(), dir)
+		}
+		return nil
+	}
 	if len(jobs) > 0 {
-		outcome, err := s.SolveImages(ctx, jobs)
+		outcome, err := s.solveImages(ctx, jobs, func(results []buildkit.Result, at map[string]string) error {
+			for j, r := range results {
+				out.Images[solved[j]].Digest = r.Digest
+			}
+			return quickChecks(func(name string) string {
+				if path, ok := at[inspect.ImagePath(dir, name)]; ok {
+					return path
+				}
+				return inspect.ImagePath(dir, name)
+			}, true)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -164,14 +198,12 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 			out.Steps = append(out.Steps, buildkit.Step{Name: name, Cached: true})
 		}
 	}
-	if !opts.SkipChecks {
-		var digests [][2]string
-		for _, img := range out.Images {
-			digests = append(digests, [2]string{img.Name, img.Digest})
-		}
-		if out.Checks, err = inspect.QuickChecksOnce(s.Plan, dir, digests); err != nil {
+	if !checked {
+		if err := quickChecks(inspect.In(dir), false); err != nil {
 			return nil, err
 		}
+	}
+	if !opts.SkipChecks {
 		marker := inspect.CheckedMarker(dir)
 		if st, ok := uptodate.StatFile(marker); ok {
 			s.sawOutputs(uptodate.OutputRecord{Files: map[string]uptodate.FileStat{marker: st}})

@@ -259,6 +259,33 @@ func TestImagesIntegration(t *testing.T) {
 		}
 	})
 
+	t.Run("a build whose new images fail the quick checks leaves the last ones", func(t *testing.T) {
+		o := editedCopy(t, opts, "")
+		o.Platforms, o.Images = "linux/amd64", []string{"antrea-agent"}
+		last, err := session.Images(ctx, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layout, err := inspect.ReadLayout(last.Images[0].Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cni, _ := layout.Manifests[0].File("usr/local/bin/antrea-cni")
+		// The plugin changes, and its budget is a byte under its size today.
+		testdaemon.AppendLine(t, filepath.Join(o.Root, "pkg", "cni", "cni.go"), "\nvar grownByATest = 1\n\nfunc init() { grownByATest++ }\n")
+		kiln := filepath.Join(o.Root, "build", "kiln.yaml")
+		data, _ := os.ReadFile(kiln)
+		if err := os.WriteFile(kiln, []byte(strings.Replace(string(data), "antrea-cni: 3MiB", fmt.Sprintf("antrea-cni: %d", len(cni.Data)-1), 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := session.Images(ctx, o); err == nil || !strings.Contains(err.Error(), "exceeds the budget") || !strings.Contains(err.Error(), "not written") {
+			t.Fatalf("images with the plugin over its budget: %v; want the budget named and nothing written", err)
+		}
+		if now, err := inspect.ReadLayout(last.Images[0].Path); err != nil || now.IndexDigest != last.Images[0].Digest {
+			t.Errorf("the failing build replaced the last agent image: %v, digest %v, want %s", err, now, last.Images[0].Digest)
+		}
+	})
+
 	t.Run("a no-op is answered from the stat of what the last build read; a change to any of it builds", func(t *testing.T) {
 		defer session.TrustRecentInputs()()
 		o := editedCopy(t, opts, "")

@@ -80,13 +80,16 @@ func Verify(ctx context.Context, opts session.Options) (*inspect.Report, error) 
 	switch {
 	case len(missing) == len(p.Images):
 		log.G(ctx).Warn("no images under _output/images: building them first")
-		if _, err := session.Images(ctx, opts); err != nil {
+		// The full checks below report what the quick ones would refuse.
+		build := opts
+		build.SkipChecks = true
+		if _, err := session.Images(ctx, build); err != nil {
 			return nil, err
 		}
 	case len(missing) > 0:
 		return nil, fmt.Errorf("%s missing from %s: build them with `mage images`", strings.Join(missing, ", "), filepath.Join(opts.OutDirFor(p.Root), "images"))
 	}
-	layouts, binaries, err := inspect.ReadImages(p, session.ImagesDir(opts, p))
+	layouts, binaries, err := inspect.ReadImages(p, inspect.In(session.ImagesDir(opts, p)))
 	if err != nil {
 		return nil, err
 	}

@@ -20,16 +20,21 @@ func ImagePath(imagesDir, name string) string {
 	return filepath.Join(imagesDir, name+".oci.tar")
 }
 
+// In is where `images` wrote each image under imagesDir, for ReadImages.
+func In(imagesDir string) func(name string) string {
+	return func(name string) string { return ImagePath(imagesDir, name) }
+}
+
 // CheckedMarker holds the key of the images the quick checks last passed.
 func CheckedMarker(imagesDir string) string { return filepath.Join(imagesDir, ".checked") }
 
-// ReadImages reads the layout of every planned image under imagesDir, with
-// the binaries each ships.
-func ReadImages(p *plan.Plan, imagesDir string) (map[string]*Layout, map[string][]string, error) {
+// ReadImages reads the layout of every planned image, each at the path at
+// gives, with the binaries each ships.
+func ReadImages(p *plan.Plan, at func(name string) string) (map[string]*Layout, map[string][]string, error) {
 	layouts := map[string]*Layout{}
 	binaries := map[string][]string{}
 	for _, img := range p.Images {
-		l, err := ReadLayout(ImagePath(imagesDir, img.Name))
+		l, err := ReadLayout(at(img.Name))
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w; rebuild it with `mage images`", err)
 		}
@@ -42,7 +47,8 @@ func ReadImages(p *plan.Plan, imagesDir string) (map[string]*Layout, map[string]
 // QuickChecksOnce runs QuickChecks unless the images with these digests
 // (name and digest, in order) passed them before, by this kiln, with these
 // budgets and allowances: a no-op build stays fast.
-func QuickChecksOnce(p *plan.Plan, imagesDir string, digests [][2]string) (*Report, error) {
+// The images are read where at says; the marker is kept in imagesDir.
+func QuickChecksOnce(p *plan.Plan, imagesDir string, at func(name string) string, digests [][2]string) (*Report, error) {
 	var key strings.Builder
 	for _, d := range digests {
 		fmt.Fprintf(&key, "%s %s\n", d[0], d[1])
@@ -57,7 +63,7 @@ func QuickChecksOnce(p *plan.Plan, imagesDir string, digests [][2]string) (*Repo
 	if prev, err := os.ReadFile(marker); known && err == nil && string(prev) == key.String() {
 		return &Report{}, nil
 	}
-	report, err := QuickChecks(p, imagesDir)
+	report, err := QuickChecks(p, at)
 	if err != nil {
 		return nil, err
 	}
@@ -71,8 +77,8 @@ func QuickChecksOnce(p *plan.Plan, imagesDir string, digests [][2]string) (*Repo
 
 // QuickChecks are the cheap checks `mage images` runs after a build: static
 // linking and budgets on the shipped file sizes.
-func QuickChecks(p *plan.Plan, imagesDir string) (*Report, error) {
-	layouts, binaries, err := ReadImages(p, imagesDir)
+func QuickChecks(p *plan.Plan, at func(name string) string) (*Report, error) {
+	layouts, binaries, err := ReadImages(p, at)
 	if err != nil {
 		return nil, err
 	}
