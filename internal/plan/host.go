@@ -46,6 +46,9 @@ type Git struct {
 	DirtyErr   error
 	Version    string
 	VersionErr error
+	// Tracked are the files git tracks, relative to the root (stamped
+	// builds only; nil when git could not list them).
+	Tracked map[string]bool
 }
 
 // Key is the head as it enters a no-op record's key.
@@ -83,6 +86,7 @@ func ReadHost(root, listCache string, stamp bool, head *Git) *Host {
 		h.Git.Stamped = true
 		h.Git.Dirty, h.Git.DirtyErr = gitDirty(root)
 		h.Git.Version, h.Git.VersionErr = gitDescribe(root)
+		h.Git.Tracked = gitTracked(root)
 	}
 	h.GoEnv, h.GoEnvErr = readModuleEnv(listCache)
 	return h
@@ -102,6 +106,21 @@ func readModuleEnv(listCache string) (map[string]string, error) {
 		return nil, fmt.Errorf("go env -json: %w", err)
 	}
 	return env, nil
+}
+
+// gitTracked lists the files git tracks under root, relative to it.
+func gitTracked(root string) map[string]bool {
+	out, err := run(root, nil, "git", "ls-files", "-z")
+	if err != nil {
+		return nil
+	}
+	tracked := map[string]bool{}
+	for _, f := range strings.Split(out, "\x00") {
+		if f != "" {
+			tracked[f] = true
+		}
+	}
+	return tracked
 }
 
 // ModuleEnvOf is `go env` of ModuleEnvKeys, read now (tests, and callers

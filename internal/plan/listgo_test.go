@@ -180,3 +180,58 @@ func TestTheListingChoosesFilesAsTheCompileDoes(t *testing.T) {
 		t.Errorf("with kiln.yaml's go.env asking for v3, jsonv2 and the tag: %v, want %v", got, want)
 	}
 }
+
+// A stamped build of a tree with a file git does not track, compiled into
+// a binary, is stamped dirty and names the file: the tree is not the
+// commit its stamp and provenance name.
+func TestAnUntrackedFileAStampedBuildReadsMakesTheTreeDirty(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := config.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := t.TempDir()
+	write := func(name, body string) {
+		path := filepath.Join(app, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", app, "-c", "user.name=kiln", "-c", "user.email=kiln@example.com"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	write("go.mod", "module example.com/app\n\ngo 1.26\n")
+	write("cmd/hello/main.go", "package main\n\nfunc main() {}\n")
+	write("VERSION", "v1.2.3\n")
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-q", "-m", "one")
+	write("cmd/hello/extra.go", "package main\n\nvar extra = 1\n")
+	stamped := func() *Plan {
+		t.Helper()
+		cfg := *repo
+		cfg.Binaries, cfg.Images, cfg.Budgets, cfg.Stamp = []config.Binary{{Name: "hello", Package: "./cmd/hello"}}, nil, nil, config.Stamp{}
+		p, err := Resolve(app, &cfg, Options{Stamp: true, Platforms: []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if p := stamped(); p.Stamp.TreeState != "dirty" || !slices.Equal(p.Untracked, []string{"cmd/hello/extra.go"}) {
+		t.Errorf("with extra.go untracked: tree %s, untracked %v; want dirty, naming it", p.Stamp.TreeState, p.Untracked)
+	}
+	git("add", ".")
+	git("commit", "-q", "-m", "two")
+	if p := stamped(); p.Stamp.TreeState != "clean" || len(p.Untracked) != 0 {
+		t.Errorf("with everything committed: tree %s, untracked %v; want clean", p.Stamp.TreeState, p.Untracked)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -84,6 +85,9 @@ type Plan struct {
 	// StampUnused are the stamp variables in packages no binary imports:
 	// the linker ignores them silently.
 	StampUnused []string `json:"stampUnused,omitempty"`
+	// Untracked are files a stamped build reads that git does not track;
+	// the tree is then stamped dirty.
+	Untracked []string `json:"untracked,omitempty"`
 	// ModFiles are the go.mod, go.sum, go.work and go.work.sum files
 	// (Root-relative) the module download step reads, and nothing else.
 	ModFiles []string `json:"modFiles"`
@@ -270,6 +274,14 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 			return nil, fmt.Errorf("unknown image %q (images are the folders of %s/)", want, config.ImagesDir)
 		}
 	}
+	if opts.Stamp {
+		// A tree holding files the commit does not is not that commit.
+		if p.Untracked = p.untracked(); len(p.Untracked) > 0 && p.Stamp.TreeState == "clean" {
+			p.Stamp.TreeState = "dirty"
+			p.stampFlags(cfg)
+			p.GoEnv = goEnv(cfg, p.Stamp, p.ModMode)
+		}
+	}
 	return p, nil
 }
 
@@ -388,11 +400,55 @@ func (p *Plan) resolveStamp(cfg *config.Config, release bool) error {
 		}
 		p.Stamp.Version = git.Version
 	}
+	p.stampFlags(cfg)
+	return nil
+}
+
+// stampFlags writes the -X flags of the stamp's values.
+func (p *Plan) stampFlags(cfg *config.Config) {
 	values := p.Stamp.values(p.SourceDateEpoch)
+	p.Stamp.LDFlags = nil
 	for _, kv := range cfg.Stamp.StampVariables() {
 		p.Stamp.LDFlags = append(p.Stamp.LDFlags, "-X "+kv[0]+"="+values[kv[1]])
 	}
-	return nil
+}
+
+// untracked are the files the build reads that git does not track, for a
+// stamped build: a tree holding them is not the commit it names.
+func (p *Plan) untracked() []string {
+	tracked := p.host.Git.Tracked
+	if tracked == nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	note := func(rel string) {
+		if !tracked[rel] && !seen[rel] {
+			seen[rel] = true
+			out = append(out, rel)
+		}
+	}
+	for _, b := range p.Binaries {
+		for _, f := range b.Files {
+			note(f)
+		}
+	}
+	for _, img := range p.Images {
+		note(path.Join(img.Dir, config.ImageYAML))
+		for _, f := range img.Files {
+			src := filepath.Join(p.Root, filepath.FromSlash(img.Dir), filepath.FromSlash(f.Src))
+			filepath.WalkDir(src, func(file string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() {
+					if rel, err := filepath.Rel(p.Root, file); err == nil {
+						note(filepath.ToSlash(rel))
+					}
+				}
+				return nil
+			})
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // Created is the source date as the OCI "created" timestamp.

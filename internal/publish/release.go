@@ -84,6 +84,9 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 		return nil, err
 	}
 	p := prepared.Plan()
+	if len(p.Untracked) > 0 && !ropts.Force {
+		return nil, fmt.Errorf("git tracks none of %s, which the release reads: commit them or remove them, or pass -force to release it stamped %q", strings.Join(p.Untracked, ", "), "dirty")
+	}
 	if p.Stamp.TreeState == "dirty" && !ropts.Force {
 		return nil, fmt.Errorf("the tree has uncommitted changes: commit them, or pass -force to release it stamped %q", "dirty")
 	}
