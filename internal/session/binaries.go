@@ -68,9 +68,11 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 		s.recordNoop(noopInputs, written, recorded)
 		return out, nil
 	}
+	s.beforeSolve()
 	if out.Steps, out.Sent, err = s.ExportFiles(ctx, "binaries", files, dest, done.Written("binaries")); err != nil {
 		return nil, err
 	}
+	s.afterSolve()
 	s.sawOutputs(done.Set("binaries", s.recordable(key), "", written))
 	if err := done.Write(); err != nil {
 		return nil, err

@@ -167,6 +167,7 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 		return nil
 	}
 	if len(jobs) > 0 {
+		s.beforeSolve()
 		outcome, err := s.solveImages(ctx, jobs, func(results []buildkit.Result, at map[string]string) error {
 			for j, r := range results {
 				out.Images[solved[j]].Digest = r.Digest
@@ -181,6 +182,7 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 		if err != nil {
 			return nil, err
 		}
+		s.afterSolve()
 		out.Steps = outcome.Steps
 		for j, r := range outcome.Results {
 			i := solved[j]
@@ -221,10 +223,11 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 }
 
 // recordable is the key to record outputs under: one no build matches when
-// a vendored file changed so lately that the build may not have built what
-// the key names. The record stays, for how the files were written.
+// a vendored file changed so lately, or an input changed while the daemon
+// read it, that the build may not have built what the key names. The
+// record stays, for how the files were written.
 func (s *Session) recordable(key string) string {
-	if s.vendor.ChangedLately() {
+	if s.vendor.ChangedLately() || s.readChanged {
 		return "unconfirmed " + key
 	}
 	return key

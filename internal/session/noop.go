@@ -268,6 +268,23 @@ func (s *Session) statNoopInputs(opts Options, kind string, head *plan.Git) *noo
 
 func (in *noopInputs) wait() { <-in.done }
 
+// changed says whether an input no longer stats as it did when the record
+// took it; it waits for the stats.
+func (in *noopInputs) changed() bool {
+	in.wait()
+	if in.rec == nil {
+		return false
+	}
+	for _, set := range []map[string]uptodate.Stat{in.rec.Files, in.rec.Dirs} {
+		for p, want := range set {
+			if st, _ := uptodate.StatPath(p); st != want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // noopInputRecord stats the inputs; none may have changed after trusted.
 func (s *Session) noopInputRecord(opts Options, kind string, trusted int64, head *plan.Git) (string, *noopRecord) {
 	p := s.Plan
@@ -334,7 +351,7 @@ func (s *Session) noopInputRecord(opts Options, kind string, trusted int64, head
 func (s *Session) recordNoop(in *noopInputs, outputs []string, outcome noopResult) {
 	in.wait()
 	rec := in.rec
-	if rec == nil || s.sideEffects {
+	if rec == nil || s.sideEffects || s.readChanged {
 		return
 	}
 	for _, f := range outputs {

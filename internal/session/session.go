@@ -75,6 +75,11 @@ type Session struct {
 	// vendor is the vendor archive's local source, when the go steps read
 	// one (golang.Graph.UseVendorArchive).
 	vendor *vendorarchive.Source
+	// noop are the stats of the inputs a no-op record would keep (nil: no
+	// record); readChanged is set when an input changed while the daemon
+	// read the sources: nothing is recorded as made from them.
+	noop        *noopInputs
+	readChanged bool
 	// outputs are the outputs as this build wrote or found them.
 	outputs map[string]uptodate.FileStat
 }
@@ -371,6 +376,34 @@ func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cach
 
 func runsHere(bp ocispec.Platform) bool {
 	return runtime.GOOS == "linux" && config.FormatPlatform(bp) == config.FormatPlatform(hostPlatform())
+}
+
+// testHookBeforeSolve runs after the inputs were read and before the
+// daemon reads the sources (a test edits a file there).
+var testHookBeforeSolve func()
+
+// beforeSolve waits for the no-op record's stats of the inputs: taken
+// before the daemon reads them, a change after shows next time.
+func (s *Session) beforeSolve() {
+	if s.noop != nil {
+		s.noop.wait()
+	}
+	if testHookBeforeSolve != nil {
+		testHookBeforeSolve()
+	}
+}
+
+// afterSolve notes whether an input changed since it was read for the
+// build's keys (a branch switched mid-build): the daemon may have read
+// other bytes than those the keys name.
+func (s *Session) afterSolve() {
+	changed := s.hashes != nil && s.hashes.Changed()
+	if !changed && s.noop != nil {
+		changed = s.noop.changed()
+	}
+	if changed {
+		s.readChanged = true
+	}
 }
 
 func (s *Session) Close() {

@@ -47,3 +47,43 @@ func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
 		b.runs(t, "hello", word)
 	}
 }
+
+// TestAnEditWhileTheDaemonReadsIsNeverRecordedAsBuilt: a source that
+// changes between kiln reading it for the build's keys and the daemon
+// reading it (a branch switched mid-build) leaves no record that the
+// output was made from what the keys name; once the file is back as the
+// keys had it, the next build builds it again.
+func TestAnEditWhileTheDaemonReadsIsNeverRecordedAsBuilt(t *testing.T) {
+	testdaemon.Buildkit(t)
+	app := t.TempDir()
+	say := func(word string) string {
+		return "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"" + word + "\\n\") }\n"
+	}
+	modfixture.Write(t, app, map[string]string{
+		"go.mod":            "module example.com/app\n\ngo 1.26\n",
+		"cmd/hello/main.go": say("one"),
+	})
+	main := filepath.Join(app, "cmd", "hello", "main.go")
+	write := func(word string) {
+		if err := os.WriteFile(main, []byte(say(word)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := t.TempDir()
+	build := func(want string) {
+		t.Helper()
+		b, err := buildModuleInto(t, out, app, "./cmd/hello")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.runs(t, "hello", want)
+	}
+	build("one")
+	write("two")
+	testHookBeforeSolve = func() { write("six") }
+	build("six") // the keys say two; the daemon read six
+	testHookBeforeSolve = nil
+	t.Cleanup(func() { testHookBeforeSolve = nil })
+	write("two")
+	build("two")
+}
