@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // A go list run is the plan's main cost on a large tree (half a second for
@@ -28,13 +30,9 @@ import (
 // repository the names of the files and the part of each .go file go/build
 // reads (build constraints, package clause, imports, //go:embed lines). The
 // list cache keeps each run's output with those inputs and answers again
-// while they are the same. A file whose size and modification time are as
-// recorded is not read again; one modified too close to the recording to
-// tell is.
-
-// racyWindow is how close to the recording a modification time may be for
-// the file to be read again rather than trusted.
-const racyWindow = 2 * time.Second
+// while they are the same. A file whose stat (size, modification and
+// change time, inode: package uptodate) is as recorded is not read again;
+// one changed within uptodate.RacyWindow of the recording is.
 
 // On disk it is a header line, a line per input, then the output as go
 // wrote it (see encodeListRecord): quoted in JSON, a large tree's output took
@@ -48,9 +46,8 @@ type listRecord struct {
 
 // fileHead is one input file: its stat, and the digest of what go list reads.
 type fileHead struct {
-	Size    int64
-	ModTime int64
-	Head    string
+	uptodate.Stat
+	Head string
 }
 
 // listCache runs go (gocmd, the go on PATH when empty) and answers from
@@ -148,7 +145,7 @@ func (c listCache) key(dir string, env, args []string) (string, bool) {
 		return "", false
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "list cache 3\n%s\n%s %d %d\n", dir, gobin, fi.Size(), fi.ModTime().UnixNano())
+	fmt.Fprintf(h, "list cache 4\n%s\n%s %d %d\n", dir, gobin, fi.Size(), fi.ModTime().UnixNano())
 	for _, a := range args {
 		fmt.Fprintf(h, "arg %s\n", a)
 	}
@@ -191,7 +188,7 @@ func GoEnvFile() (string, error) {
 
 // listRecordHeader starts a record: its format, then the recording time
 // and how many file and directory lines follow.
-const listRecordHeader = "kiln list record 3"
+const listRecordHeader = "kiln list record 4"
 
 // encodeListRecord writes a record as
 //
@@ -211,7 +208,7 @@ func encodeListRecord(rec *listRecord) ([]byte, bool) {
 		if strings.Contains(f, "\n") || strings.ContainsAny(h.Head, " \n") {
 			return nil, false
 		}
-		fmt.Fprintf(&b, "f %d %d %s %s\n", h.Size, h.ModTime, h.Head, f)
+		fmt.Fprintf(&b, "f %d %d %d %d %s %s\n", h.Size, h.ModTime, h.Change, h.Inode, h.Head, f)
 	}
 	for _, d := range slices.Sorted(maps.Keys(rec.Dirs)) {
 		l := rec.Dirs[d]
@@ -254,16 +251,18 @@ func decodeListRecord(data []byte) *listRecord {
 	rec := &listRecord{RecordedAt: n[0], Files: make(map[string]fileHead, n[1]), Dirs: make(map[string]string, n[2])}
 	for range n[1] {
 		l, ok := line()
-		fields := strings.SplitN(string(l), " ", 5)
-		if !ok || len(fields) != 5 || fields[0] != "f" {
+		fields := strings.SplitN(string(l), " ", 7)
+		if !ok || len(fields) != 7 || fields[0] != "f" {
 			return nil
 		}
 		size, err1 := strconv.ParseInt(fields[1], 10, 64)
 		mod, err2 := strconv.ParseInt(fields[2], 10, 64)
-		if err1 != nil || err2 != nil {
+		change, err3 := strconv.ParseInt(fields[3], 10, 64)
+		inode, err4 := strconv.ParseUint(fields[4], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil {
 			return nil
 		}
-		rec.Files[fields[4]] = fileHead{Size: size, ModTime: mod, Head: fields[3]}
+		rec.Files[fields[6]] = fileHead{Stat: uptodate.Stat{Size: size, ModTime: mod, Change: change, Inode: inode}, Head: fields[5]}
 	}
 	for range n[2] {
 		l, ok := line()
@@ -365,12 +364,12 @@ func (rec *listRecord) current() bool {
 // stat when it was old enough at the recording to trust, else by what go
 // list reads of it.
 func (rec *listRecord) fileCurrent(f string, want fileHead) bool {
-	fi, err := os.Stat(f)
-	if err != nil {
+	st, ok := uptodate.StatPath(f)
+	if st.Size < 0 {
 		return false
 	}
-	racy := fi.ModTime().UnixNano() > rec.RecordedAt-int64(racyWindow)
-	if fi.Size() == want.Size && fi.ModTime().UnixNano() == want.ModTime && !racy {
+	racy := max(st.ModTime, st.Change) > rec.RecordedAt-int64(uptodate.RacyWindow)
+	if ok && st == want.Stat && !racy {
 		return true
 	}
 	got, err := readHead(f)
@@ -417,7 +416,8 @@ func readHead(path string) (fileHead, error) {
 		head = goHead(path, data)
 	}
 	sum := sha256.Sum256(head)
-	return fileHead{Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), Head: hex.EncodeToString(sum[:])}, nil
+	st, _ := uptodate.StatOf(fi)
+	return fileHead{Stat: st, Head: hex.EncodeToString(sum[:])}, nil
 }
 
 func goHead(path string, src []byte) []byte {

@@ -3,9 +3,17 @@ package plan
 import (
 	"bytes"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // TestListRecordsRoundTrip: a record reads back as written, paths with
@@ -16,8 +24,8 @@ func TestListRecordsRoundTrip(t *testing.T) {
 		Out:        "{\n\t\"ImportPath\": \"example.com/a b\"\n}\nf 1 2 3 not a line\n",
 		RecordedAt: 1796549062746106291,
 		Files: map[string]fileHead{
-			"/src/a b/x.go": {Size: 120, ModTime: 1796549060000000001, Head: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
-			"/src/go.mod":   {Size: 0, ModTime: -1, Head: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+			"/src/a b/x.go": {Stat: uptodate.Stat{Size: 120, ModTime: 1796549060000000001, Change: 1796549061000000002, Inode: 4242}, Head: "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"},
+			"/src/go.mod":   {Stat: uptodate.Stat{Size: 0, ModTime: -1}, Head: "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
 		},
 		Dirs: map[string]string{"/src/a b": "2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae"},
 	}
@@ -56,5 +64,69 @@ func TestListRecordsRoundTrip(t *testing.T) {
 		if _, ok := encodeListRecord(bad); ok {
 			t.Errorf("a record with %s was encoded", name)
 		}
+	}
+}
+
+// TestTheListCacheSeesAnImportEditedKeepingSizeAndTime: an import changed
+// with the file's size and modification time kept (cp -p, touch -r) is
+// seen by its change time, and go list runs again, without go's own index
+// of package folders, which trusts size and time: the binary's files are
+// the new import's.
+func TestTheListCacheSeesAnImportEditedKeepingSizeAndTime(t *testing.T) {
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := config.Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := uptodate.RacyWindow
+	uptodate.RacyWindow = 0
+	t.Cleanup(func() { uptodate.RacyWindow = window })
+	app := t.TempDir()
+	main := filepath.Join(app, "cmd", "hello", "main.go")
+	source := func(pkg string) string {
+		return "package main\n\nimport _ \"example.com/app/" + pkg + "\"\n\nfunc main() {}\n"
+	}
+	for name, body := range map[string]string{
+		"go.mod":   "module example.com/app\n\ngo 1.26\n",
+		"pka/a.go": "package pka\n",
+		"pkb/b.go": "package pkb\n",
+	} {
+		path := filepath.Join(app, filepath.FromSlash(name))
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.MkdirAll(filepath.Dir(main), 0o755)
+	if err := os.WriteFile(main, []byte(source("pka")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(main, old, old)
+	cache := t.TempDir()
+	files := func() []string {
+		t.Helper()
+		cfg := *repo
+		cfg.Binaries, cfg.Images, cfg.Budgets, cfg.Stamp = []config.Binary{{Name: "hello", Package: "./cmd/hello"}}, nil, nil, config.Stamp{}
+		p, err := Resolve(app, &cfg, Options{ListCache: cache, Platforms: []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.Binary("hello").Files
+	}
+	time.Sleep(10 * time.Millisecond)
+	if got := files(); !slices.Contains(got, "pka/a.go") {
+		t.Fatalf("files %v, want pka's", got)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if err := os.WriteFile(main, []byte(source("pkb")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(main, old, old)
+	if got := files(); !slices.Contains(got, "pkb/b.go") || slices.Contains(got, "pka/a.go") {
+		t.Errorf("after the import changed with size and time kept: files %v, want pkb's alone", got)
 	}
 }

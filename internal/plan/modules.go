@@ -136,7 +136,16 @@ func (p *Plan) listEnv() []string {
 	for _, k := range config.BuildEnvKeys {
 		env = append(env, k+"="+p.goEnvConfig[k])
 	}
-	env = append(env, "GOWORK="+gowork, "GOFLAGS="+flags)
+	// go's own index of package folders trusts a folder while its files'
+	// names, sizes and modification times are the same, so an import
+	// edited with the file's size and time kept (cp -p) would be listed
+	// as it was. kiln's list cache, which also reads the change time,
+	// runs go list only when something changed: then go reads the files.
+	godebug := "goindex=0"
+	if host := os.Getenv("GODEBUG"); host != "" {
+		godebug = host + "," + godebug
+	}
+	env = append(env, "GOWORK="+gowork, "GOFLAGS="+flags, "GODEBUG="+godebug)
 	if p.lists.gocmd != "" {
 		// The pinned go lists as it is, with its own GOROOT, whatever the
 		// caller has (a go that switched toolchains sets GOROOT for what it
