@@ -90,13 +90,13 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 // ExportFiles solves the files and writes them into one directory at dest
 // (buildkit.Daemon.ExportFiles); written is how kiln last wrote dest's
 // files, from the up-to-date record (nil for none).
-func (s *Session) ExportFiles(ctx context.Context, name string, files []buildkit.FileCopy, dest string, written map[string]uptodate.FileStat) (steps buildkit.Steps, sent []string, err error) {
+func (s *Session) ExportFiles(ctx context.Context, name string, files []buildkit.FileCopy, dest string, written map[string]uptodate.Stat) (steps buildkit.Steps, sent []string, err error) {
 	asWritten := func(path string) (int64, int64, bool) {
 		was, ok := written[path]
 		now, exists := uptodate.StatFile(path)
 		// Times in whole seconds (a layer from a registry cache keeps no
 		// more) or no change time cannot tell one link's binary from another's.
-		if !ok || !exists || now != was || was.ChangeTime == 0 || was.ModTime%1e9 == 0 {
+		if !ok || !exists || now != was || was.Change == 0 || was.ModTime%1e9 == 0 {
 			return 0, 0, false
 		}
 		return was.Size, was.ModTime, true

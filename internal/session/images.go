@@ -128,7 +128,7 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
 		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), append(configsOf(s.Plan, img),
 			"oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))...)
-		if r, ok := done.Current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (uptodate.FileStat{}) {
+		if r, ok := done.Current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (uptodate.Stat{}) {
 			out.Images[i].Digest, out.Images[i].Kept = r.Digest, true
 			s.sawOutputs(r)
 			continue
@@ -208,7 +208,7 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 	if !opts.SkipChecks {
 		marker := inspect.CheckedMarker(dir)
 		if st, ok := uptodate.StatFile(marker); ok {
-			s.sawOutputs(uptodate.OutputRecord{Files: map[string]uptodate.FileStat{marker: st}})
+			s.sawOutputs(uptodate.OutputRecord{Files: map[string]uptodate.Stat{marker: st}})
 		}
 	}
 	if out.Explanations, err = record(opts, s.Plan, inputs, out.Steps); err != nil {

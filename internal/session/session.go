@@ -81,7 +81,7 @@ type Session struct {
 	noop        *noopInputs
 	readChanged bool
 	// outputs are the outputs as this build wrote or found them.
-	outputs map[string]uptodate.FileStat
+	outputs map[string]uptodate.Stat
 }
 
 // UseRegistry lets the daemon ask for the credentials of a registry this
@@ -416,7 +416,7 @@ func (s *Session) Close() {
 // sawOutputs notes outputs as this build wrote or found them.
 func (s *Session) sawOutputs(r uptodate.OutputRecord) {
 	if s.outputs == nil {
-		s.outputs = map[string]uptodate.FileStat{}
+		s.outputs = map[string]uptodate.Stat{}
 	}
 	maps.Copy(s.outputs, r.Files)
 }

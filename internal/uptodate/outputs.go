@@ -28,7 +28,7 @@ const OutputsFile = "up-to-date.json"
 // OutputRecord is what one written output was made of.
 type OutputRecord struct {
 	Key    string              `json:"key"`
-	Files  map[string]FileStat `json:"files"`
+	Files  map[string]Stat `json:"files"`
 	Digest string              `json:"digest,omitempty"`
 }
 
@@ -90,7 +90,7 @@ func (u *Outputs) Current(name, key string) (OutputRecord, bool) {
 }
 
 // Written is how kiln last wrote output name's files, whatever made them.
-func (u *Outputs) Written(name string) map[string]FileStat { return u.records[name].Files }
+func (u *Outputs) Written(name string) map[string]Stat { return u.records[name].Files }
 
 // Set records output name as made by key, and returns the record; with an
 // empty key it forgets it.
@@ -99,7 +99,7 @@ func (u *Outputs) Set(name, key, digest string, files []string) OutputRecord {
 		delete(u.records, name)
 		return OutputRecord{}
 	}
-	r := OutputRecord{Key: key, Digest: digest, Files: map[string]FileStat{}}
+	r := OutputRecord{Key: key, Digest: digest, Files: map[string]Stat{}}
 	for _, f := range files {
 		st, ok := StatFile(f)
 		if !ok {

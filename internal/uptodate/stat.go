@@ -51,24 +51,14 @@ func StatOf(fi os.FileInfo) (st Stat, ok bool) {
 	return st, ok
 }
 
-// FileStat is how a written file looked right after kiln wrote it. The
-// change time and inode catch a rewrite that kept the size and set the old
-// modification time back.
-type FileStat struct {
-	Size       int64  `json:"size"`
-	ModTime    int64  `json:"modTime"`
-	ChangeTime int64  `json:"changeTime,omitempty"`
-	Inode      uint64 `json:"inode,omitempty"`
-}
-
-// StatFile is a regular file's FileStat, false when it is none.
-func StatFile(path string) (FileStat, bool) {
+// StatFile is a regular file's Stat, false when it is none.
+func StatFile(path string) (Stat, bool) {
 	fi, err := os.Stat(path)
 	if err != nil || !fi.Mode().IsRegular() {
-		return FileStat{}, false
+		return Stat{}, false
 	}
-	ctime, ino, _ := changeTime(fi)
-	return FileStat{Size: fi.Size(), ModTime: fi.ModTime().UnixNano(), ChangeTime: ctime, Inode: ino}, true
+	st, _ := StatOf(fi)
+	return st, true
 }
 
 // Clock is when a build began, in the clock of the file system it reads
