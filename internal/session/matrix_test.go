@@ -30,8 +30,10 @@ func TestNeverStaleBinaries(t *testing.T) {
 	testdaemon.Buildkit(t)
 	app := t.TempDir()
 	modfixture.Write(t, app, map[string]string{
-		"go.mod":                 "module example.com/app\n\ngo 1.26\n",
-		"cmd/hello/main.go":      "package main\n\nimport (\n\t_ \"embed\"\n\t\"os\"\n\n\t\"example.com/app/greet\"\n)\n\n//go:embed msg.txt\nvar msg string\n\nfunc main() { os.Stdout.WriteString(greet.Word + \" \" + msg + extra) }\n",
+		"go.mod":                 "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep v0.0.0\n\nreplace example.com/dep => ./dep\n",
+		"dep/go.mod":             "module example.com/dep\n\ngo 1.26\n",
+		"dep/dep.go":             "package dep\n\nconst Word = \"alpha\"\n",
+		"cmd/hello/main.go":      "package main\n\nimport (\n\t_ \"embed\"\n\t\"os\"\n\n\t\"example.com/app/greet\"\n\t\"example.com/dep\"\n)\n\n//go:embed msg.txt\nvar msg string\n\nfunc main() { os.Stdout.WriteString(greet.Word + \" \" + dep.Word + \" \" + msg + extra) }\n",
 		"cmd/hello/extra.go":     "package main\n\nvar extra = \"\"\n",
 		"cmd/hello/v3.go":        "//go:build amd64.v3\n\npackage main\n\nfunc init() { extra += \" v3\" }\n",
 		"cmd/hello/jsonv2.go":    "//go:build goexperiment.jsonv2\n\npackage main\n\nfunc init() { extra += \" jsonv2\" }\n",
@@ -40,6 +42,13 @@ func TestNeverStaleBinaries(t *testing.T) {
 		"cmd/other/main.go":      "package main\n\nimport \"example.com/app/greet\"\n\nfunc main() { println(greet.Word) }\n",
 		"cmd/other/unrelated.go": "package main\n",
 	})
+	// Vendored: the dependency comes from vendor/, through the vendor
+	// archive.
+	vendor := exec.Command("go", "mod", "vendor")
+	vendor.Dir, vendor.Env = app, append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := vendor.CombinedOutput(); err != nil {
+		t.Fatalf("go mod vendor: %v\n%s", err, out)
+	}
 	git := func(args ...string) string { return testdaemon.Git(t, app, args...) }
 	git("init", "-q")
 	git("add", "-A")
@@ -130,6 +139,12 @@ func TestNeverStaleBinaries(t *testing.T) {
 		{name: "a file removed from a package", do: func(t *testing.T) { os.Remove(rel("cmd/hello/added.go")) }},
 		{name: "an embedded file edited", do: func(*testing.T) { write("cmd/hello/msg.txt", "second") }},
 		{name: "an embedded file edited keeping size and time", do: func(*testing.T) { keepStat("cmd/hello/msg.txt", "thirds") }},
+		{name: "a vendored file edited", do: func(*testing.T) {
+			write("vendor/example.com/dep/dep.go", "package dep\n\nconst Word = \"delta\"\n")
+		}},
+		{name: "a vendored file edited keeping size and time", do: func(*testing.T) {
+			keepStat("vendor/example.com/dep/dep.go", "package dep\n\nconst Word = \"gamma\"\n")
+		}},
 		{name: "GOAMD64 set in the shell", env: map[string]string{"GOAMD64": "v3"}, do: func(*testing.T) {}},
 		{name: "GOEXPERIMENT set in the shell", env: map[string]string{"GOEXPERIMENT": "jsonv2"}, do: func(*testing.T) {}},
 		{name: "GOFLAGS set in the shell", env: map[string]string{"GOFLAGS": "-tags=amd64.v3"}, do: func(*testing.T) {}},
@@ -212,7 +227,7 @@ func TestNeverStaleBinaries(t *testing.T) {
 		}
 	}
 	// The output a user runs is the clean build's.
-	if got, err := exec.Command(filepath.Join(out, "bin", "linux_amd64", "hello")).Output(); err != nil || !strings.HasPrefix(string(got), "ten thirds v3!") {
+	if got, err := exec.Command(filepath.Join(out, "bin", "linux_amd64", "hello")).Output(); err != nil || !strings.HasPrefix(string(got), "ten gamma thirds v3!") {
 		t.Errorf("hello printed %q (%v), want the last edits", got, err)
 	}
 }
