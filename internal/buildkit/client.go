@@ -16,6 +16,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -167,8 +168,32 @@ func probeTLS(addr string, f *tlsFiles) string {
 	return ""
 }
 
+// daemonSchemes are the addresses kiln dials: a socket, TCP (TLS beyond
+// loopback), and BuildKit's connection helpers it carries.
+var daemonSchemes = []string{"unix", "tcp", "docker-container", "kube-pod", "ssh"}
+
+// daemonAddress checks a daemon address and writes its scheme in lower
+// case, as the checks below and BuildKit's dialer compare it: TCP://host
+// or a gRPC target such as dns:///host:port would otherwise be dialed in
+// plain text past the TLS check.
+func daemonAddress(addr string) (string, error) {
+	scheme, rest, ok := strings.Cut(addr, "://")
+	if !ok || scheme == "" {
+		return "", fmt.Errorf("%s=%s: give the scheme, one of %s:// (tcp://HOST:PORT for a remote daemon, with TLS)", HostEnv, addr, strings.Join(daemonSchemes, "://, "))
+	}
+	scheme = strings.ToLower(scheme)
+	if !slices.Contains(daemonSchemes, scheme) {
+		return "", fmt.Errorf("%s=%s: kiln does not dial %s:// daemons; use one of %s://", HostEnv, addr, scheme, strings.Join(daemonSchemes, "://, "))
+	}
+	return scheme + "://" + rest, nil
+}
+
 // Dial connects to a daemon at addr and checks that it answers.
 func Dial(ctx context.Context, addr string) (*client.Client, error) {
+	addr, err := daemonAddress(addr)
+	if err != nil {
+		return nil, err
+	}
 	tlsOpts, files, err := tlsOptions(addr)
 	if err != nil {
 		return nil, err

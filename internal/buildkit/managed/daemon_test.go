@@ -146,6 +146,20 @@ func TestPlainTCPBeyondLoopbackIsRefusedBeforeDialling(t *testing.T) {
 	if err == nil || strings.Contains(err.Error(), "needs TLS") {
 		t.Errorf("loopback without TLS gave %v; want a plain dial error", err)
 	}
+	// The scheme in capitals is the same scheme; a gRPC target, a bare
+	// address or an unknown scheme is no address kiln dials.
+	for addr, want := range map[string]string{
+		"TCP://192.0.2.1:1234":  "needs TLS",
+		"Tcp://192.0.2.1:1234":  "needs TLS",
+		"dns:///192.0.2.1:1234": "does not dial dns://",
+		"192.0.2.1:1234":        "give the scheme",
+		"passthrough:///x:1234": "does not dial passthrough://",
+		"://192.0.2.1:1234":     "give the scheme",
+	} {
+		if _, err := buildkit.Dial(context.Background(), addr); err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), buildkit.HostEnv) {
+			t.Errorf("%s gave %v; want it refused (%q) before any dial", addr, err, want)
+		}
+	}
 }
 
 // TestThisRepositoryRunsTheDefaultDaemonConfig: this repository's
