@@ -40,21 +40,30 @@ func RegistryHost(registry string) (string, bool, error) {
 	if registry == "" {
 		return "", false, fmt.Errorf("no registry: pass -registry=HOST[:PORT] or set %s", RegistryEnv)
 	}
-	named, err := reference.ParseNormalizedNamed(registry + "/x")
+	host, err := explicitHost(registry + "/x")
 	if err != nil {
 		return "", false, fmt.Errorf("registry %q: %w", registry, err)
-	}
-	host := strings.SplitN(registry, "/", 2)[0]
-	// A name with no dot, port or "localhost" is a Docker Hub namespace to
-	// the reference grammar: "buildhost" would push to docker.io/buildhost
-	// with Docker Hub's credentials.
-	if domain := reference.Domain(named); domain != host {
-		return "", false, fmt.Errorf("registry %q is read as %s/%s: give the registry host with a dot or a port (e.g. %s:5000 or %s.example.com)", registry, domain, registry, host, host)
 	}
 	// BuildKit, like containerd, reaches loopback registries over plain HTTP
 	// and every other one over verified HTTPS; kiln's own client does the same.
 	loopback, _ := docker.MatchLocalhost(host)
 	return registry, loopback, nil
+}
+
+// explicitHost is the registry host ref names, which it must name: a first
+// element with no dot, port or "localhost" is a Docker Hub namespace to the
+// reference grammar, so "buildhost/cache" would reach Docker Hub, with
+// Docker Hub's credentials.
+func explicitHost(ref string) (string, error) {
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return "", err
+	}
+	host, _, _ := strings.Cut(ref, "/")
+	if domain := reference.Domain(named); domain != host {
+		return "", fmt.Errorf("%s is read as %s/%s: give the registry host with a dot or a port (e.g. %s:5000 or %s.example.com)", host, domain, host, host, host)
+	}
+	return host, nil
 }
 
 // DockerConfigDir is DOCKER_CONFIG, else ~/.docker, read at every call:
@@ -154,6 +163,11 @@ func CacheEntries(flag, configured, name string) ([]client.CacheOptionsEntry, er
 	spec, err := config.ParseCache(value)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", source, err)
+	}
+	if ref := spec.Attrs["ref"]; spec.Type == "registry" && ref != "" {
+		if _, err := explicitHost(ref); err != nil {
+			return nil, fmt.Errorf("%s: ref=%s: %w", source, ref, err)
+		}
 	}
 	return []client.CacheOptionsEntry{{Type: spec.Type, Attrs: spec.Attrs}}, nil
 }

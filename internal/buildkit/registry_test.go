@@ -42,3 +42,24 @@ func TestRegistryOfReadsTheHostAsTheReferenceGrammarDoes(t *testing.T) {
 		}
 	}
 }
+
+// TestALayerCacheNamesItsRegistry: a registry layer cache whose ref names
+// no registry host (buildcache/kiln) is a Docker Hub repository to the
+// reference grammar, which the build would send Docker Hub's credentials
+// to; it is refused as -registry is, naming where it was set.
+func TestALayerCacheNamesItsRegistry(t *testing.T) {
+	for _, tc := range []struct{ flag, configured, want string }{
+		{"type=registry,ref=buildcache/kiln", "", "-cachefrom: ref=buildcache/kiln"},
+		{"type=registry,ref=buildcache/kiln:main,mode=max", "", "give the registry host"},
+		{"", "type=registry,ref=cache", "kiln.yaml cache"},
+	} {
+		if _, err := CacheEntries(tc.flag, tc.configured, "-cachefrom"); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CacheEntries(%q, %q): %v; want it refused, naming %q", tc.flag, tc.configured, err, tc.want)
+		}
+	}
+	for _, ok := range []string{"type=registry,ref=localhost:5000/cache", "type=registry,ref=registry.example.com/team/cache:main,mode=max", "type=local,dest=/tmp/c", "type=inline"} {
+		if _, err := CacheEntries(ok, "", "-cachefrom"); err != nil {
+			t.Errorf("CacheEntries(%q): %v", ok, err)
+		}
+	}
+}
