@@ -1,7 +1,11 @@
 package buildkit
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -61,5 +65,32 @@ func TestALayerCacheNamesItsRegistry(t *testing.T) {
 		if _, err := CacheEntries(ok, "", "-cachefrom"); err != nil {
 			t.Errorf("CacheEntries(%q): %v", ok, err)
 		}
+	}
+}
+
+// TestSkippingTheCertificateCheckKeepsHTTPS: -skiptlsverify skips the
+// check of a registry's certificate and nothing else: kiln's own client
+// still speaks HTTPS to it (credentials never go out in clear text), and
+// without the flag a certificate no CA here signed is refused.
+func TestSkippingTheCertificateCheckKeepsHTTPS(t *testing.T) {
+	var overTLS, plain atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS != nil {
+			overTLS.Add(1)
+		} else {
+			plain.Add(1)
+		}
+		w.WriteHeader(http.StatusNotFound)
+	}))
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "https://")
+	ref := host + "/team/image:tag"
+	creds := func(string) (string, string, error) { return "user", "secret", nil }
+	if _, _, err := Resolver(false, false, creds).Resolve(context.Background(), ref); err == nil || overTLS.Load() != 0 {
+		t.Fatalf("a self-signed certificate was accepted without -skiptlsverify: %v, %d requests", err, overTLS.Load())
+	}
+	Resolver(false, true, creds).Resolve(context.Background(), ref)
+	if overTLS.Load() == 0 || plain.Load() != 0 {
+		t.Errorf("with -skiptlsverify: %d requests over TLS, %d in clear text; want TLS alone", overTLS.Load(), plain.Load())
 	}
 }

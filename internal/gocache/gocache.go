@@ -94,7 +94,7 @@ type FetchOptions struct {
 }
 
 func newResolver(opts FetchOptions) remotes.Resolver {
-	return buildkit.Resolver(opts.PlainHTTP, opts.Credentials)
+	return buildkit.Resolver(opts.PlainHTTP, false, opts.Credentials)
 }
 
 // ErrNotFound means no tag of the repository holds a snapshot.

@@ -57,7 +57,7 @@ func PinBases(ctx context.Context, root string) ([]Pinned, error) {
 		}
 		named = reference.TagNameOnly(named)
 		_, loopback, _ := buildkit.RegistryHost(reference.Domain(named))
-		_, desc, err := buildkit.Resolver(loopback, buildkit.Credentials()).Resolve(ctx, named.String())
+		_, desc, err := buildkit.Resolver(loopback, false, buildkit.Credentials()).Resolve(ctx, named.String())
 		if err != nil {
 			return nil, fmt.Errorf("%s: base: resolve %s: %w; check the registry %s and your Docker credentials (DOCKER_CONFIG)", rel, named, err, reference.Domain(named))
 		}

@@ -134,7 +134,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	}
 	sum.Images = pushed
 	_, loopback, _ := buildkit.RegistryHost(registry)
-	resolver := buildkit.Resolver(loopback || ropts.SkipTLSVerify, buildkit.Credentials())
+	resolver := buildkit.Resolver(loopback, ropts.SkipTLSVerify, buildkit.Credentials())
 	if err := attestRelease(ctx, s, signer, resolver, registry, caches, pushed); err != nil {
 		return nil, fmt.Errorf("sign the release in %s: %w", registry, err)
 	}

@@ -286,7 +286,7 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
-	resolver := buildkit.Resolver(true, buildkit.Credentials())
+	resolver := buildkit.Resolver(true, false, buildkit.Credentials())
 	vopts := publish.VerifyReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Version: version, PublicKey: pub}
 	// A rebuild in isolation is a cold compile of each platform it
 	// rebuilds: this one rebuilds linux/arm/v7 alone (cross-compiled, with a
@@ -455,7 +455,7 @@ func TestRelease(t *testing.T) {
 // modules with `go version -m` of that platform's binaries in the image.
 func checkSBOMs(t *testing.T, ctx context.Context, img publish.PushResult, sts []map[string]json.RawMessage) {
 	t.Helper()
-	layout, err := publish.PullLayout(ctx, buildkit.Resolver(true, buildkit.Credentials()), img.Refs[0], digest.Digest(img.Digest))
+	layout, err := publish.PullLayout(ctx, buildkit.Resolver(true, false, buildkit.Credentials()), img.Refs[0], digest.Digest(img.Digest))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 	if err != nil {
 		return nil, err
 	}
-	resolver := buildkit.Resolver(loopback || vopts.SkipTLSVerify, buildkit.Credentials())
+	resolver := buildkit.Resolver(loopback, vopts.SkipTLSVerify, buildkit.Credentials())
 
 	tmp, err := os.MkdirTemp("", "kiln-release-verify-")
 	if err != nil {
