@@ -407,19 +407,31 @@ func (m *Managed) configChanged() (string, bool) {
 	return name, hex.EncodeToString(sum[:]) != strings.TrimSpace(string(started))
 }
 
-// secretEnv are variables a long-lived daemon must not inherit from the
-// command that happened to start it (its /proc/PID/environ outlives it).
-var secretEnv = []string{"KILN_SIGNING_PASSWORD", "COSIGN_PASSWORD", "KILN_SIGNING_KEY", "KILN_GOCACHE_SIGNING_KEY"}
+// daemonEnvNames and daemonEnvPrefixes are what a long-lived daemon takes
+// of the environment of the command that happened to start it: what finds
+// runc and temporary space, the Go runtime's and its own settings, proxies
+// and CA certificates, tracing. Nothing else: its /proc/PID/environ
+// outlives that command, and tokens (GITHUB_TOKEN, AWS_*), signing keys
+// and passwords, or an SSH agent have no business there.
+var (
+	daemonEnvNames = []string{"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TZ", "LANG",
+		"XDG_RUNTIME_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME",
+		"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG", "GOTRACEBACK",
+		"HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+		"SSL_CERT_FILE", "SSL_CERT_DIR"}
+	daemonEnvPrefixes = []string{"LC_", "BUILDKIT_", "OTEL_"}
+)
 
 func daemonEnv(env []string) []string {
 	var out []string
 	gogc := false
 	for _, kv := range env {
 		name, value, _ := strings.Cut(kv, "=")
+		allowed := slices.Contains(daemonEnvNames, name) || slices.ContainsFunc(daemonEnvPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
 		// The patch cut the jaeger exporter; asked for, it would stop
 		// the daemon from starting, for traces nobody reads here.
 		jaeger := name == "OTEL_TRACES_EXPORTER" && value == "jaeger"
-		if !slices.Contains(secretEnv, name) && !jaeger {
+		if allowed && !jaeger {
 			out = append(out, kv)
 		}
 		gogc = gogc || name == "GOGC"
