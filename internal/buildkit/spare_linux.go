@@ -60,14 +60,22 @@ func keepSpares(dest string, replaced []string, files []FileCopy) {
 }
 
 // spareFolder is dest's spare folder when it is a folder (not a link to
-// one), made when create is set.
+// one) of this user's that no one else may write to, made when create is
+// set.
 func spareFolder(dest string, create bool) (string, bool) {
 	dir := spareDir(dest)
 	if create {
 		os.Mkdir(dir, 0o755)
 	}
 	fi, err := os.Lstat(dir)
-	return dir, err == nil && fi.IsDir()
+	return dir, err == nil && fi.IsDir() && ours(fi) && fi.Mode().Perm()&0o022 == 0
+}
+
+// ours says whether this user owns the file: one another user planted (a
+// root build in a shared folder) is never written into.
+func ours(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Geteuid()
 }
 
 // takeSpare moves the spare of rel (its path in dest) to path, which the
@@ -85,7 +93,7 @@ func takeSpare(dest, rel, path string) *os.File {
 	if err != nil {
 		return nil
 	}
-	if !fi.Mode().IsRegular() || links(fi) != 1 || os.Rename(spare, path) != nil {
+	if !fi.Mode().IsRegular() || links(fi) != 1 || !ours(fi) || os.Rename(spare, path) != nil {
 		os.Remove(spare)
 		return nil
 	}
