@@ -287,6 +287,14 @@ func freshKilnCacheWithStepTool(t *testing.T) {
 		if err := os.WriteFile(dst, data, 0o755); err != nil {
 			t.Fatal(err)
 		}
+		// With the record of its sha256, as the build that made it left it.
+		sum, err := os.ReadFile(filepath.Join(filepath.Dir(src), "kilnstep.sha256"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(filepath.Dir(dst), "kilnstep.sha256"), sum, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		copied = append(copied, dst)
 	}
 	if len(copied) == 0 {

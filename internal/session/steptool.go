@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
@@ -14,6 +15,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
 // useKeptStepTool makes the build send kilnstep from the client's cache
@@ -51,17 +53,26 @@ func (s *Session) buildStepTool(ctx context.Context, dir string) error {
 			if err != nil {
 				return nil, err
 			}
-			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: buildkit.CacheImports(c)})
+			// No layer cache: what is kept here runs in every later
+			// build, so it is made from its source alone.
+			return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB()})
 		},
 		Export: client.ExportEntry{Type: client.ExporterLocal},
 		Dest:   staged,
 	}
 	opts := s.solveOptions(ctx)
-	opts.CacheExports = nil
+	opts.CacheExports, opts.CacheImports = nil, nil
 	if _, err := s.daemon.Solve(ctx, []buildkit.Job{job}, opts); err != nil {
 		return fmt.Errorf("build kilnstep: %w", err)
 	}
 	defer os.RemoveAll(staged)
+	sum, err := uptodate.FileSHA256(filepath.Join(staged, golang.StepToolFile))
+	if err != nil {
+		return fmt.Errorf("build kilnstep: its output %s holds no executable %s", staged, golang.StepToolFile)
+	}
+	if err := os.WriteFile(filepath.Join(staged, stepToolSum), []byte(sum+"\n"), 0o644); err != nil {
+		return fmt.Errorf("build kilnstep: %w", err)
+	}
 	if !keptStepTool(staged) {
 		return fmt.Errorf("build kilnstep: its output %s holds no executable %s", staged, golang.StepToolFile)
 	}
@@ -81,13 +92,26 @@ func (s *Session) buildStepTool(ctx context.Context, dir string) error {
 	return nil
 }
 
+// stepToolSum names the record of the kept kilnstep's sha256, beside it.
+const stepToolSum = "kilnstep.sha256"
+
 // keptStepTool reports whether dir holds a kilnstep as buildStepTool leaves
 // it: a folder (not a link to one elsewhere) with an executable, non-empty
-// plain file.
+// plain file whose bytes are those recorded when it was built. It is read
+// before every build that sends it.
 func keptStepTool(dir string) bool {
 	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
 		return false
 	}
-	fi, err := os.Lstat(filepath.Join(dir, golang.StepToolFile))
-	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o100 != 0 && fi.Size() > 0
+	tool := filepath.Join(dir, golang.StepToolFile)
+	fi, err := os.Lstat(tool)
+	if err != nil || !fi.Mode().IsRegular() || fi.Mode()&0o100 == 0 || fi.Size() == 0 {
+		return false
+	}
+	want, err := os.ReadFile(filepath.Join(dir, stepToolSum))
+	if err != nil {
+		return false
+	}
+	got, err := uptodate.FileSHA256(tool)
+	return err == nil && strings.TrimSpace(string(want)) == got
 }

@@ -38,8 +38,8 @@ func keptStepTools(t *testing.T, cache string) []string {
 }
 
 // The steps of a build take kilnstep from the client's cache, where the
-// first build on the machine left it; one that is not a plain file there
-// is built again, not used.
+// first build on the machine left it; one that is not a plain file there,
+// or not the bytes recorded when it was built, is built again, not used.
 func TestStepToolIsKeptOnTheClient(t *testing.T) {
 	testdaemon.Shared(t)
 	realCache, err := buildkit.CacheDir()
@@ -88,6 +88,9 @@ func TestStepToolIsKeptOnTheClient(t *testing.T) {
 			return os.Symlink(script, path)
 		},
 		"an empty file": func(path string) error { return os.WriteFile(path, nil, 0o755) },
+		"the kept one with a byte appended": func(path string) error {
+			return os.WriteFile(path, append(bytes.Clone(first), 0), 0o755)
+		},
 	}
 	for name, plant := range plants {
 		t.Run(name+" in its place is built again", func(t *testing.T) {
