@@ -227,6 +227,12 @@ func Credentials() func(host string) (string, string, error) {
 		if cfg == nil {
 			return "", "", nil
 		}
+		// Docker keeps Docker Hub's credentials under its legacy index
+		// URL, not the host the registry API answers on; BuildKit's auth
+		// provider maps the two, and so does kiln's own client.
+		if host == authprovider.DockerHubRegistryHost {
+			host = authprovider.DockerHubConfigfileKey
+		}
 		a, err := cfg.GetAuthConfig(host)
 		if err != nil {
 			return "", "", err

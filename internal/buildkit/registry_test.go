@@ -2,11 +2,16 @@ package buildkit
 
 import (
 	"context"
+	"encoding/base64"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/moby/buildkit/session/auth/authprovider"
 )
 
 func TestRegistryHostIsTheHostTheUserGave(t *testing.T) {
@@ -92,5 +97,22 @@ func TestSkippingTheCertificateCheckKeepsHTTPS(t *testing.T) {
 	Resolver(false, true, creds).Resolve(context.Background(), ref)
 	if overTLS.Load() == 0 || plain.Load() != 0 {
 		t.Errorf("with -skiptlsverify: %d requests over TLS, %d in clear text; want TLS alone", overTLS.Load(), plain.Load())
+	}
+}
+
+// TestDockerHubCredentialsAreFound: Docker stores Docker Hub's credentials
+// under its legacy index URL; kiln's client, asked for the API host, finds
+// them there as BuildKit's auth provider does.
+func TestDockerHubCredentialsAreFound(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("DOCKER_CONFIG", dir)
+	auth := base64.StdEncoding.EncodeToString([]byte("hubuser:hubpass"))
+	config := `{"auths":{"` + authprovider.DockerHubConfigfileKey + `":{"auth":"` + auth + `"}}}`
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	user, pass, err := Credentials()(authprovider.DockerHubRegistryHost)
+	if err != nil || user != "hubuser" || pass != "hubpass" {
+		t.Errorf("Docker Hub's credentials: %q, %q, %v; want the ones the Docker config keeps", user, pass, err)
 	}
 }
