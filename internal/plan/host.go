@@ -29,6 +29,8 @@ type Host struct {
 	// downloads modules fails with it; others do not need it).
 	GoEnv    map[string]string
 	GoEnvErr error
+	// GoFlags is the caller's GOFLAGS variable.
+	GoFlags string
 	// Git is the repository's state.
 	Git Git
 }
@@ -89,6 +91,7 @@ func ReadHost(root, listCache string, stamp bool, head *Git) *Host {
 		h.Git.Tracked = gitTracked(root)
 	}
 	h.GoEnv, h.GoEnvErr = readModuleEnv(listCache)
+	h.GoFlags = os.Getenv("GOFLAGS")
 	return h
 }
 
@@ -143,11 +146,12 @@ func (h *Host) listEnv() []string {
 	return env
 }
 
-// goFlags is the host's GOFLAGS as go sees it: `go env` when it could be
-// read, else the variable.
+// goFlags is the caller's GOFLAGS variable, which chooses -mod (and
+// -modcacherw) as in a go command run by hand; a `go env -w` GOFLAGS does
+// not, so that a developer's machine and CI build alike.
 func (h *Host) goFlags() string {
-	if h != nil && h.GoEnvErr == nil && h.GoEnv != nil {
-		return h.GoEnv["GOFLAGS"]
+	if h != nil {
+		return h.GoFlags
 	}
 	return os.Getenv("GOFLAGS")
 }

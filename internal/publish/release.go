@@ -83,7 +83,10 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	p := prepared.Plan()
+	p, err := prepared.Plan()
+	if err != nil {
+		return nil, err
+	}
 	if len(p.Untracked) > 0 && !ropts.Force {
 		return nil, fmt.Errorf("git tracks none of %s, which the release reads: commit them or remove them, or pass -force to release it stamped %q", strings.Join(p.Untracked, ", "), "dirty")
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,6 +50,11 @@ type ImagesOutcome struct {
 // fails), starts, and takes its inputs' stats while the solve runs; wait
 // for them before the session closes.
 func startRecording(ctx context.Context, opts Options, kind string, head *plan.Git) (*Session, *noopInputs, error) {
+	// The output folder is made before any stat is taken: made during the
+	// solve, it would change the root folder's stat and look like an edit.
+	if place, ok := noopPlaceOf(opts, kind); ok {
+		os.MkdirAll(filepath.Dir(filepath.Dir(place.path)), 0o755)
+	}
 	began := startNoop(opts, kind)
 	clock := began
 	if !clock.OK {
@@ -63,7 +69,8 @@ func startRecording(ctx context.Context, opts Options, kind string, head *plan.G
 		return nil, nil, err
 	}
 	s.began = began
-	return s, s.statNoopInputs(opts, kind, head), nil
+	s.noop = s.statNoopInputs(opts, kind, head)
+	return s, s.noop, nil
 }
 
 // Images builds every planned image and writes each as an OCI layout

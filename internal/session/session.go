@@ -198,14 +198,25 @@ func prepare(ctx context.Context, opts Options, clock uptodate.Clock, head *plan
 	if pr.cache, err = buildkit.CacheDir(); err != nil {
 		return nil, err
 	}
-	if err := pr.resolve(ctx, hostPlatform()); err != nil {
-		return nil, err
+	// A daemon kiln runs has this machine's platform: the plan is resolved
+	// for it now. BUILDKIT_HOST's worker may have another, with pins and
+	// a toolchain of its own: its plan waits for its platform.
+	if os.Getenv(buildkit.HostEnv) == "" {
+		if err := pr.resolve(ctx, hostPlatform()); err != nil {
+			return nil, err
+		}
 	}
 	return pr, nil
 }
 
-// Plan is the plan resolved for this machine's platform.
-func (pr *Prepared) Plan() *plan.Plan { return pr.plan }
+// Plan is the plan resolved for this machine's platform: the one Start
+// builds when the worker has it.
+func (pr *Prepared) Plan() (*plan.Plan, error) {
+	if pr.plan != nil {
+		return pr.plan, nil
+	}
+	return plan.Resolve(pr.req.root, pr.req.cfg, pr.req.po)
+}
 
 // resolve resolves the plan for the build platform bp, and its sources.
 func (pr *Prepared) resolve(ctx context.Context, bp ocispec.Platform) error {
@@ -235,7 +246,9 @@ func (pr *Prepared) resolve(ctx context.Context, bp ocispec.Platform) error {
 func (pr *Prepared) sourcesOf(ctx context.Context, p *plan.Plan) (*sources, error) {
 	host := pr.req.po.Host
 	tcDir, err := golang.ToolchainArchive(ctx, p.Toolchain, pr.cache, host.GoEnv["GOPROXY"])
-	if err != nil {
+	if err != nil && host.GoEnvErr != nil {
+		return nil, host.GoEnvErr // the cause: no GOPROXY to fetch from
+	} else if err != nil {
 		return nil, err
 	}
 	src := &sources{locals: map[string]string{golang.LocalContext: p.Root, golang.LocalToolchain: tcDir}}
@@ -317,8 +330,10 @@ func (pr *Prepared) start(ctx context.Context, d *buildkit.Daemon) (*Session, er
 	if err != nil {
 		return nil, err
 	}
-	if config.FormatPlatform(bp) != config.FormatPlatform(pr.planned) {
-		log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
+	if pr.plan == nil || config.FormatPlatform(bp) != config.FormatPlatform(pr.planned) {
+		if config.FormatPlatform(bp) != config.FormatPlatform(hostPlatform()) {
+			log.G(ctx).Infof("BuildKit worker runs %s: compiling there", config.FormatPlatform(bp))
+		}
 		if err := pr.resolve(ctx, bp); err != nil {
 			return nil, err
 		}
@@ -359,7 +374,10 @@ func pinnedGo(ctx context.Context, cfg *config.Config, bp ocispec.Platform, cach
 	}
 	dir := golang.ToolchainDir(tc, cache)
 	if fetch {
-		if dir, err = golang.FetchToolchain(ctx, tc, cache, host.GoEnv["GOPROXY"]); err != nil {
+		if dir, err = golang.FetchToolchain(ctx, tc, cache, host.GoEnv["GOPROXY"]); err != nil && host.GoEnvErr != nil {
+			err = host.GoEnvErr // the cause: no GOPROXY to fetch from
+		}
+		if err != nil {
 			if _, archived := os.Stat(filepath.Join(golang.ToolchainArchiveDir(tc, cache), golang.ToolchainTar)); archived != nil {
 				return "", err
 			}

@@ -27,9 +27,9 @@ const OutputsFile = "up-to-date.json"
 
 // OutputRecord is what one written output was made of.
 type OutputRecord struct {
-	Key    string              `json:"key"`
+	Key    string          `json:"key"`
 	Files  map[string]Stat `json:"files"`
-	Digest string              `json:"digest,omitempty"`
+	Digest string          `json:"digest,omitempty"`
 }
 
 // OutputKey is the key of an output made from these steps' inputs; false

@@ -428,6 +428,8 @@ func daemonEnv(env []string) []string {
 	for _, kv := range env {
 		name, value, _ := strings.Cut(kv, "=")
 		allowed := slices.Contains(daemonEnvNames, name) || slices.ContainsFunc(daemonEnvPrefixes, func(p string) bool { return strings.HasPrefix(name, p) })
+		// OTLP headers carry the collector's bearer tokens.
+		allowed = allowed && !strings.HasSuffix(name, "_HEADERS")
 		// The patch cut the jaeger exporter; asked for, it would stop
 		// the daemon from starting, for traces nobody reads here.
 		jaeger := name == "OTEL_TRACES_EXPORTER" && value == "jaeger"

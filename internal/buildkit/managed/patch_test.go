@@ -145,7 +145,7 @@ func TestTheDaemonIsNotAskedForTheExporterThePatchCut(t *testing.T) {
 func TestTheDaemonInheritsNoSecrets(t *testing.T) {
 	env := daemonEnv([]string{"PATH=/bin", "HOME=/root", "HTTPS_PROXY=http://proxy:3128", "LC_ALL=C", "BUILDKIT_STEP_LOG_MAX_SIZE=1",
 		"GITHUB_TOKEN=t", "AWS_SECRET_ACCESS_KEY=s", "SSH_AUTH_SOCK=/tmp/agent", "KILN_SIGNING_PASSWORD=p", "COSIGN_PASSWORD=p",
-		"KILN_GOCACHE_SIGNING_KEY=/k", "NPM_TOKEN=n", "DOCKER_CONFIG=/d"})
+		"KILN_GOCACHE_SIGNING_KEY=/k", "NPM_TOKEN=n", "DOCKER_CONFIG=/d", "OTEL_EXPORTER_OTLP_HEADERS=authorization=Bearer t"})
 	want := []string{"PATH=/bin", "HOME=/root", "HTTPS_PROXY=http://proxy:3128", "LC_ALL=C", "BUILDKIT_STEP_LOG_MAX_SIZE=1", "GOGC=50"}
 	if !slices.Equal(env, want) {
 		t.Errorf("the daemon's environment: %q, want %q", env, want)
