@@ -1,9 +1,10 @@
 // Package buildkit owns kiln's side of the BuildKit client: dialing a
 // daemon (BUILDKIT_HOST's address, TLS, plain-text refusals), solving jobs
-// with progress and a heartbeat, exporting results without partial files
-// (OCI tarballs, and files read through the gateway into a folder with
-// spares), layer caches and registry credentials, and kiln's cache folder.
-// Package managed starts the local daemon.
+// with progress and a heartbeat, exporting OCI tarballs without partial
+// files (a tarball in place stands for the export only when intact),
+// layer caches and registry credentials, and kiln's cache folder. Package
+// managed starts the local daemon; package export writes the files a solve
+// made into a folder.
 package buildkit
 
 import (

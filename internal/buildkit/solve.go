@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/moby/buildkit/client"
+	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
 	"github.com/moby/buildkit/session"
@@ -617,4 +618,19 @@ func intactLayoutDigest(path string) string {
 		}
 	}
 	return index.Manifests[0].Digest.String()
+}
+
+// Together is an empty state that depends on every one of states without
+// copying from them: solving it runs their steps side by side, in one solve.
+func Together(name string, states ...llb.State) llb.State {
+	none := &llb.CopyInfo{AllowWildcard: true, AllowEmptyWildcard: true}
+	var fa *llb.FileAction
+	for _, st := range states {
+		if fa == nil {
+			fa = llb.Copy(st, "/.kiln-nothing-*", "/", none)
+		} else {
+			fa = fa.Copy(st, "/.kiln-nothing-*", "/", none)
+		}
+	}
+	return llb.Scratch().File(fa, llb.WithCustomName(name))
 }

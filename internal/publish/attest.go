@@ -19,6 +19,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
@@ -236,7 +237,7 @@ func exportImageBinaries(ctx context.Context, s *session.Session) (string, error
 	if err != nil {
 		return "", err
 	}
-	var files []buildkit.FileCopy
+	var files []export.FileCopy
 	seen := map[string]bool{}
 	for _, img := range s.Plan.Images {
 		for _, target := range img.Targets {
@@ -244,7 +245,7 @@ func exportImageBinaries(ctx context.Context, s *session.Session) (string, error
 				dest := "/" + strings.ReplaceAll(config.FormatPlatform(target), "/", "-") + "/" + b
 				if !seen[dest] {
 					seen[dest] = true
-					files = append(files, buildkit.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
+					files = append(files, export.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
 				}
 			}
 		}

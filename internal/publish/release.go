@@ -15,6 +15,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/session"
@@ -148,7 +149,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 // SHA256SUMS file and its signature (SHA256SUMS.sig, for cosign
 // verify-blob); the directory appears whole or not at all.
 func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, signer *sign.Signer) error {
-	var files []buildkit.FileCopy
+	var files []export.FileCopy
 	var targets []ocispec.Platform
 	for _, a := range sum.Assets {
 		target, err := config.ParsePlatform(a.Platform)
@@ -159,7 +160,7 @@ func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, s
 		targets = append(targets, target)
 	}
 	for i, a := range sum.Assets {
-		files = append(files, buildkit.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
+		files = append(files, export.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
 	}
 	work := sum.AssetsDir + ".work"
 	os.RemoveAll(work)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/uptodate"
@@ -37,7 +38,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 	}
 	defer s.Close()
 	defer noopInputs.wait()
-	var files []buildkit.FileCopy
+	var files []export.FileCopy
 	var links, built, written []string
 	dest := filepath.Join(opts.OutDirFor(s.Plan.Root), "bin")
 	for _, target := range s.Plan.Platforms {
@@ -47,7 +48,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 			// trip per file.
 			step, path := s.Linked(b.Name, target)
 			to := golang.BinaryPath(b, target)
-			files = append(files, buildkit.FileCopy{From: step, Src: path, Dest: to})
+			files = append(files, export.FileCopy{From: step, Src: path, Dest: to})
 			links = append(links, golang.LinkStepName(b.Name, target))
 			written = append(written, filepath.Join(dest, to))
 		}
@@ -90,7 +91,7 @@ func Binaries(ctx context.Context, opts Options) (*BinariesOutcome, error) {
 // ExportFiles solves the files and writes them into one directory at dest
 // (buildkit.Daemon.ExportFiles); written is how kiln last wrote dest's
 // files, from the up-to-date record (nil for none).
-func (s *Session) ExportFiles(ctx context.Context, name string, files []buildkit.FileCopy, dest string, written map[string]uptodate.Stat) (steps buildkit.Steps, sent []string, err error) {
+func (s *Session) ExportFiles(ctx context.Context, name string, files []export.FileCopy, dest string, written map[string]uptodate.Stat) (steps buildkit.Steps, sent []string, err error) {
 	asWritten := func(path string) (int64, int64, bool) {
 		was, ok := written[path]
 		now, exists := uptodate.StatFile(path)
@@ -102,5 +103,5 @@ func (s *Session) ExportFiles(ctx context.Context, name string, files []buildkit
 		return was.Size, was.ModTime, true
 	}
 	opts := s.solveOptions(ctx)
-	return s.daemon.ExportFiles(ctx, name, files, dest, asWritten, opts)
+	return export.Files(ctx, s.daemon, name, files, dest, asWritten, opts)
 }

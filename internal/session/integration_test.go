@@ -19,7 +19,7 @@ import (
 
 	"github.com/moby/buildkit/client/llb"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
+	fileexport "github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/session"
@@ -620,9 +620,9 @@ func TestImagesIntegration(t *testing.T) {
 		// Sizes around the read chunk, from two steps (so the export waits
 		// for both in one solve first), some into folders of their own.
 		rnd := rand.New(rand.NewPCG(16, 2))
-		sizes := []int{0, 1, buildkit.ReadChunk, buildkit.ReadChunk + 1, 2*buildkit.ReadChunk + 12345}
+		sizes := []int{0, 1, fileexport.ReadChunk, fileexport.ReadChunk + 1, 2*fileexport.ReadChunk + 12345}
 		want := map[string][]byte{}
-		var files []buildkit.FileCopy
+		var files []fileexport.FileCopy
 		for i, n := range sizes {
 			data := make([]byte, n)
 			for j := range data {
@@ -631,7 +631,7 @@ func TestImagesIntegration(t *testing.T) {
 			name := fmt.Sprintf("f%d", i)
 			from := llb.Scratch().File(llb.Mkfile("/"+name, 0o644, data), llb.WithCustomNamef("[test] file of %d bytes", n))
 			dest := fmt.Sprintf("/d%d/%s", i%2, name)
-			files = append(files, buildkit.FileCopy{From: from, Src: "/" + name, Dest: dest})
+			files = append(files, fileexport.FileCopy{From: from, Src: "/" + name, Dest: dest})
 			want[dest] = data
 		}
 		parent := t.TempDir()
@@ -658,12 +658,12 @@ func TestImagesIntegration(t *testing.T) {
 
 		// A file the step does not have fails the export as a whole: the
 		// old folder stays as it was and no temporary one is left.
-		bad := append(slices.Clone(files), buildkit.FileCopy{From: files[0].From, Src: "/missing", Dest: "/missing"})
+		bad := append(slices.Clone(files), fileexport.FileCopy{From: files[0].From, Src: "/missing", Dest: "/missing"})
 		if _, _, err := s.ExportFiles(ctx, "test export", bad, dest, nil); err == nil || !strings.Contains(err.Error(), "missing") {
 			t.Errorf("exporting a missing file: %v, want an error naming it", err)
 		}
 		// Two files to one place fail the export before a byte is read.
-		twice := append(slices.Clone(files), buildkit.FileCopy{From: files[4].From, Src: files[4].Src, Dest: files[3].Dest})
+		twice := append(slices.Clone(files), fileexport.FileCopy{From: files[4].From, Src: files[4].Src, Dest: files[3].Dest})
 		if _, _, err := s.ExportFiles(ctx, "test export", twice, dest, nil); err == nil || !strings.Contains(err.Error(), "exists") {
 			t.Errorf("exporting two files to %s: %v, want an error", files[3].Dest, err)
 		}
@@ -689,7 +689,7 @@ func TestImagesIntegration(t *testing.T) {
 			t.Helper()
 			data := bytes.Repeat([]byte{byte(n)}, size)
 			from := llb.Scratch().File(llb.Mkfile("/a", 0o644, data), llb.WithCustomNamef("[test] export %d", n))
-			if _, _, err := s.ExportFiles(ctx, "test export", []buildkit.FileCopy{{From: from, Src: "/a", Dest: "/d/a"}}, dest, nil); err != nil {
+			if _, _, err := s.ExportFiles(ctx, "test export", []fileexport.FileCopy{{From: from, Src: "/a", Dest: "/d/a"}}, dest, nil); err != nil {
 				t.Fatal(err)
 			}
 			if got, err := os.ReadFile(filepath.Join(dest, "d", "a")); err != nil || !bytes.Equal(got, data) {
@@ -705,14 +705,14 @@ func TestImagesIntegration(t *testing.T) {
 			}
 			return fi.Sys().(*syscall.Stat_t).Ino
 		}
-		export(1, 3*buildkit.ReadChunk+7)
+		export(1, 3*fileexport.ReadChunk+7)
 		first := inode(filepath.Join(dest, "d", "a"))
-		export(2, buildkit.ReadChunk)
+		export(2, fileexport.ReadChunk)
 		if inode(spare) != first {
 			t.Fatal("the file the second export replaced is not kept as the spare")
 		}
 		second := inode(filepath.Join(dest, "d", "a"))
-		export(3, 2*buildkit.ReadChunk+1) // shorter than the spare: cut to size
+		export(3, 2*fileexport.ReadChunk+1) // shorter than the spare: cut to size
 		if inode(filepath.Join(dest, "d", "a")) != first || inode(spare) != second {
 			t.Error("the third export did not write into the first one's file")
 		}
@@ -721,8 +721,8 @@ func TestImagesIntegration(t *testing.T) {
 		if err := os.Link(spare, theirs); err != nil {
 			t.Fatal(err)
 		}
-		export(4, 5*buildkit.ReadChunk) // longer than the spare
-		if got, _ := os.ReadFile(theirs); !bytes.Equal(got, bytes.Repeat([]byte{2}, buildkit.ReadChunk)) || inode(filepath.Join(dest, "d", "a")) == second {
+		export(4, 5*fileexport.ReadChunk) // longer than the spare
+		if got, _ := os.ReadFile(theirs); !bytes.Equal(got, bytes.Repeat([]byte{2}, fileexport.ReadChunk)) || inode(filepath.Join(dest, "d", "a")) == second {
 			t.Error("an export wrote into a spare another name links")
 		}
 		// So does one a process has open, and one a process runs.
@@ -732,8 +732,8 @@ func TestImagesIntegration(t *testing.T) {
 		}
 		defer reader.Close()
 		held := inode(spare)
-		export(5, buildkit.ReadChunk+5)
-		if got, _ := io.ReadAll(reader); !bytes.Equal(got, bytes.Repeat([]byte{3}, 2*buildkit.ReadChunk+1)) || inode(filepath.Join(dest, "d", "a")) == held {
+		export(5, fileexport.ReadChunk+5)
+		if got, _ := io.ReadAll(reader); !bytes.Equal(got, bytes.Repeat([]byte{3}, 2*fileexport.ReadChunk+1)) || inode(filepath.Join(dest, "d", "a")) == held {
 			t.Error("an export wrote into a spare a process has open")
 		}
 		sleep, err := exec.LookPath("sleep")
@@ -750,7 +750,7 @@ func TestImagesIntegration(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer run.Process.Kill()
-		export(6, buildkit.ReadChunk+3)
+		export(6, fileexport.ReadChunk+3)
 		if got, err := os.ReadFile(fmt.Sprintf("/proc/%d/exe", run.Process.Pid)); err != nil || !bytes.Equal(got, prog) {
 			t.Errorf("an export wrote into a spare a process runs (%v)", err)
 		}

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
-	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/session"
@@ -35,13 +35,13 @@ func Size(ctx context.Context, opts session.Options) (*inspect.SizeReport, error
 	defer s.Close()
 	dir := filepath.Join(opts.OutDirFor(s.Plan.Root), sizeDir)
 	work := filepath.Join(dir, sizeBinDir)
-	var files []buildkit.FileCopy
+	var files []export.FileCopy
 	for _, target := range s.Plan.Platforms {
 		for _, b := range s.Plan.Binaries {
 			pd := golang.PlatformDir(target)
 			files = append(files,
-				buildkit.FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/stripped/" + pd + "/" + b.Name},
-				buildkit.FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
+				export.FileCopy{From: s.Binary(b.Name, target), Src: "/" + b.Name, Dest: "/stripped/" + pd + "/" + b.Name},
+				export.FileCopy{From: s.BinaryWithSymbols(b.Name, target), Src: "/" + b.Name, Dest: "/symbols/" + pd + "/" + b.Name})
 		}
 	}
 	if _, _, err := s.ExportFiles(ctx, "size", files, work, nil); err != nil {

@@ -1,4 +1,10 @@
-package buildkit
+// Package export owns the export of files a solve made into a folder of
+// this machine (binaries, release assets, size's unstripped builds): each
+// file read through the gateway from the step that made it, one still as
+// kiln wrote it linked rather than sent, a sent one written into the file
+// it replaced (a spare) when no one else holds it, the folder replaced
+// whole or not at all.
+package export
 
 import (
 	"context"
@@ -10,6 +16,8 @@ import (
 	"time"
 
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
 
 	"github.com/moby/buildkit/client"
 	"github.com/moby/buildkit/client/llb"
@@ -39,7 +47,7 @@ const (
 	readsInFlight = 4
 )
 
-// ExportFiles solves the files and writes them into one directory at dest,
+// Files solves the files and writes them into one directory at dest,
 // replacing what was there only when the solve succeeded. The files are
 // read through the gateway straight from the steps that made them: no
 // step collects them and no exporter runs. written tells how kiln last wrote
@@ -51,13 +59,13 @@ const (
 // all of them. A time in whole seconds (a layer from a registry cache
 // keeps no more) or a host without change times keeps nothing. sent are
 // the files of dest that were sent.
-func (d *Daemon) ExportFiles(ctx context.Context, name string, files []FileCopy, dest string, written Written, opts SolveOptions) (steps Steps, sent []string, err error) {
+func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCopy, dest string, written Written, opts buildkit.SolveOptions) (steps buildkit.Steps, sent []string, err error) {
 	held := map[int]bool{} // files dest holds already
-	job := Job{
+	job := buildkit.Job{
 		Name: name,
 		Dest: dest,
 		Fetch: func(ctx context.Context, c gateway.Client, dir string, send func(*client.SolveStatus)) (*gateway.Result, error) {
-			imports := CacheImports(c)
+			imports := buildkit.CacheImports(c)
 			// Files of one output (a binary of a go build) need one solve.
 			var order []digest.Digest
 			byOutput := map[digest.Digest][]int{}
@@ -83,7 +91,7 @@ func (d *Daemon) ExportFiles(ctx context.Context, name string, files []FileCopy,
 			// twice when solves sharing steps ran at once in one job, and
 			// a later step then found that mount empty.
 			if len(waitFor) > 1 {
-				def, err := Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
+				def, err := buildkit.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
 				if err != nil {
 					return nil, err
 				}
@@ -136,7 +144,7 @@ func (d *Daemon) ExportFiles(ctx context.Context, name string, files []FileCopy,
 			if len(reads) == 0 {
 				return result, nil
 			}
-			progress := NewSending(send, fmt.Sprintf("sending %d files to %s", len(reads), dest), total)
+			progress := buildkit.NewSending(send, fmt.Sprintf("sending %d files to %s", len(reads), dest), total)
 			err = readFiles(ctx, dir, dest, reads, progress)
 			progress.Finish(err)
 			return result, err
@@ -168,7 +176,7 @@ func (d *Daemon) ExportFiles(ctx context.Context, name string, files []FileCopy,
 			return nil
 		},
 	}
-	out, err := d.Solve(ctx, []Job{job}, opts)
+	out, err := d.Solve(ctx, []buildkit.Job{job}, opts)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -194,7 +202,7 @@ type reading struct {
 // once so that the daemon reads the next while this side writes. Every
 // file is created before the first read, and every read has ended when it
 // returns. A file with a spare (keepSpares) beside dest is written into it.
-func readFiles(ctx context.Context, dir, dest string, reads []reading, progress *Sending) error {
+func readFiles(ctx context.Context, dir, dest string, reads []reading, progress *buildkit.Sending) error {
 	out := make([]*os.File, len(reads))
 	defer func() {
 		for _, f := range out {
@@ -303,19 +311,4 @@ func exportRel(dest string) string { return strings.TrimPrefix(filepath.ToSlash(
 func sameFile(f *os.File, fi os.FileInfo) bool {
 	open, err := f.Stat()
 	return err == nil && os.SameFile(open, fi)
-}
-
-// Together is an empty state that depends on every one of states without
-// copying from them: solving it runs their steps side by side, in one solve.
-func Together(name string, states ...llb.State) llb.State {
-	none := &llb.CopyInfo{AllowWildcard: true, AllowEmptyWildcard: true}
-	var fa *llb.FileAction
-	for _, st := range states {
-		if fa == nil {
-			fa = llb.Copy(st, "/.kiln-nothing-*", "/", none)
-		} else {
-			fa = fa.Copy(st, "/.kiln-nothing-*", "/", none)
-		}
-	}
-	return llb.Scratch().File(fa, llb.WithCustomName(name))
 }

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package buildkit
+package export
 
 import "os"
 

@@ -1,4 +1,4 @@
-package buildkit
+package export
 
 import (
 	"net/url"
