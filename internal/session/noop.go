@@ -40,10 +40,6 @@ import (
 // build records nothing, as git treats "racily clean" entries.
 const noopFile = "no-op-%s.json"
 
-// noopMarker says the last images build was a recorded no-op, so explain
-// reports every step of the last record as reused.
-const noopMarker = "no-op"
-
 type noopRecord struct {
 	Key string `json:"key"`
 	// Files are inputs and outputs (absent ones have size -1); Dirs are the
@@ -383,7 +379,7 @@ func (r *noopResult) images(opts Options, explainIn string) (*ImagesOutcome, err
 	for _, name := range r.Tracked {
 		out.Explanations = append(out.Explanations, explain.Explanation{Step: name})
 	}
-	if err := atomicfile.Write(filepath.Join(explainIn, noopMarker), func(io.Writer) error { return nil }); err != nil {
+	if err := atomicfile.Write(filepath.Join(explainIn, explain.NoopMarker), func(io.Writer) error { return nil }); err != nil {
 		return nil, err
 	}
 	return out, nil
