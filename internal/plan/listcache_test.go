@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
-	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
@@ -73,49 +70,25 @@ func TestListRecordsRoundTrip(t *testing.T) {
 // of package folders, which trusts size and time: the binary's files are
 // the new import's.
 func TestTheListCacheSeesAnImportEditedKeepingSizeAndTime(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := config.Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
 	window := uptodate.RacyWindow
 	uptodate.RacyWindow = 0
 	t.Cleanup(func() { uptodate.RacyWindow = window })
-	app := t.TempDir()
-	main := filepath.Join(app, "cmd", "hello", "main.go")
 	source := func(pkg string) string {
 		return "package main\n\nimport _ \"example.com/app/" + pkg + "\"\n\nfunc main() {}\n"
 	}
-	for name, body := range map[string]string{
-		"go.mod":   "module example.com/app\n\ngo 1.26\n",
-		"pka/a.go": "package pka\n",
-		"pkb/b.go": "package pkb\n",
-	} {
-		path := filepath.Join(app, filepath.FromSlash(name))
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	os.MkdirAll(filepath.Dir(main), 0o755)
-	if err := os.WriteFile(main, []byte(source("pka")), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	app, resolve := helloModule(t, map[string]string{
+		"go.mod":            "module example.com/app\n\ngo 1.26\n",
+		"pka/a.go":          "package pka\n",
+		"pkb/b.go":          "package pkb\n",
+		"cmd/hello/main.go": source("pka"),
+	})
+	main := filepath.Join(app, "cmd", "hello", "main.go")
 	old := time.Now().Add(-time.Hour)
 	os.Chtimes(main, old, old)
 	cache := t.TempDir()
 	files := func() []string {
 		t.Helper()
-		cfg := *repo
-		cfg.Binaries, cfg.Images, cfg.Budgets, cfg.Stamp = []config.Binary{{Name: "hello", Package: "./cmd/hello"}}, nil, nil, config.Stamp{}
-		p, err := Resolve(app, &cfg, Options{ListCache: cache, Platforms: []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p.Binary("hello").Files
+		return resolve(nil, Options{ListCache: cache}).Binary("hello").Files
 	}
 	time.Sleep(10 * time.Millisecond)
 	if got := files(); !slices.Contains(got, "pka/a.go") {

@@ -119,43 +119,17 @@ func TestListCacheKeyHasOnlyTheValuesGoSees(t *testing.T) {
 // tags of go.env's GOFLAGS come from kiln.yaml, never from the shell or a
 // `go env -w`, since the compile in BuildKit sees neither.
 func TestTheListingChoosesFilesAsTheCompileDoes(t *testing.T) {
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	repo, err := config.Load(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := t.TempDir()
-	files := map[string]string{
+	_, resolve := helloModule(t, map[string]string{
 		"go.mod":                "module example.com/app\n\ngo 1.26\n",
 		"cmd/hello/main.go":     "package main\n\nfunc main() {}\n",
 		"cmd/hello/v3.go":       "//go:build amd64.v3\n\npackage main\n",
 		"cmd/hello/jsonv2.go":   "//go:build goexperiment.jsonv2\n\npackage main\n",
 		"cmd/hello/tagged.go":   "//go:build kilntag\n\npackage main\n",
 		"cmd/hello/untagged.go": "//go:build !kilntag\n\npackage main\n",
-	}
-	for name, body := range files {
-		path := filepath.Join(app, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	listed := func(env map[string]string) []string {
 		t.Helper()
-		cfg := *repo
-		cfg.Binaries, cfg.Images, cfg.Budgets, cfg.Stamp = []config.Binary{{Name: "hello", Package: "./cmd/hello"}}, nil, nil, config.Stamp{}
-		cfg.Go.Env = env
-		amd64 := []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}
-		p, err := Resolve(app, &cfg, Options{Platforms: amd64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p.Binary("hello").Files
+		return resolve(env, Options{}).Binary("hello").Files
 	}
 	// The shell and the go env file ask for v3, jsonv2 and the tag.
 	envFile := filepath.Join(t.TempDir(), "env")
@@ -185,6 +159,37 @@ func TestTheListingChoosesFilesAsTheCompileDoes(t *testing.T) {
 // a binary, is stamped dirty and names the file: the tree is not the
 // commit its stamp and provenance name.
 func TestAnUntrackedFileAStampedBuildReadsMakesTheTreeDirty(t *testing.T) {
+	app, resolve := helloModule(t, map[string]string{
+		"go.mod":            "module example.com/app\n\ngo 1.26\n",
+		"cmd/hello/main.go": "package main\n\nfunc main() {}\n",
+		"VERSION":           "v1.2.3\n",
+	})
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-C", app, "-c", "user.name=kiln", "-c", "user.email=kiln@example.com"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git("init", "-q")
+	git("add", ".")
+	git("commit", "-q", "-m", "one")
+	writeFile(t, filepath.Join(app, "cmd", "hello", "extra.go"), "package main\n\nvar extra = 1\n")
+	stamped := func() *Plan { return resolve(nil, Options{Stamp: true}) }
+	if p := stamped(); p.Stamp.TreeState != "dirty" || !slices.Equal(p.Untracked, []string{"cmd/hello/extra.go"}) {
+		t.Errorf("with extra.go untracked: tree %s, untracked %v; want dirty, naming it", p.Stamp.TreeState, p.Untracked)
+	}
+	git("add", ".")
+	git("commit", "-q", "-m", "two")
+	if p := stamped(); p.Stamp.TreeState != "clean" || len(p.Untracked) != 0 {
+		t.Errorf("with everything committed: tree %s, untracked %v; want clean", p.Stamp.TreeState, p.Untracked)
+	}
+}
+
+// helloModule writes files (slash paths) into a new module folder and
+// returns it with a resolver of its ./cmd/hello under this repository's
+// configuration (toolchain pins, caches), with go.env set to env.
+func helloModule(t *testing.T, files map[string]string) (string, func(env map[string]string, opts Options) *Plan) {
+	t.Helper()
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -194,44 +199,30 @@ func TestAnUntrackedFileAStampedBuildReadsMakesTheTreeDirty(t *testing.T) {
 		t.Fatal(err)
 	}
 	app := t.TempDir()
-	write := func(name, body string) {
-		path := filepath.Join(app, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	for name, body := range files {
+		writeFile(t, filepath.Join(app, filepath.FromSlash(name)), body)
 	}
-	git := func(args ...string) {
-		cmd := exec.Command("git", append([]string{"-C", app, "-c", "user.name=kiln", "-c", "user.email=kiln@example.com"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	write("go.mod", "module example.com/app\n\ngo 1.26\n")
-	write("cmd/hello/main.go", "package main\n\nfunc main() {}\n")
-	write("VERSION", "v1.2.3\n")
-	git("init", "-q")
-	git("add", ".")
-	git("commit", "-q", "-m", "one")
-	write("cmd/hello/extra.go", "package main\n\nvar extra = 1\n")
-	stamped := func() *Plan {
+	return app, func(env map[string]string, opts Options) *Plan {
 		t.Helper()
 		cfg := *repo
 		cfg.Binaries, cfg.Images, cfg.Budgets, cfg.Stamp = []config.Binary{{Name: "hello", Package: "./cmd/hello"}}, nil, nil, config.Stamp{}
-		p, err := Resolve(app, &cfg, Options{Stamp: true, Platforms: []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}})
+		cfg.Go.Env = env
+		opts.Platforms = []ocispec.Platform{{OS: "linux", Architecture: "amd64"}}
+		p, err := Resolve(app, &cfg, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	if p := stamped(); p.Stamp.TreeState != "dirty" || !slices.Equal(p.Untracked, []string{"cmd/hello/extra.go"}) {
-		t.Errorf("with extra.go untracked: tree %s, untracked %v; want dirty, naming it", p.Stamp.TreeState, p.Untracked)
+}
+
+// writeFile writes body to path, making its folder.
+func writeFile(t *testing.T, path, body string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	git("add", ".")
-	git("commit", "-q", "-m", "two")
-	if p := stamped(); p.Stamp.TreeState != "clean" || len(p.Untracked) != 0 {
-		t.Errorf("with everything committed: tree %s, untracked %v; want clean", p.Stamp.TreeState, p.Untracked)
+	if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -18,15 +18,7 @@ import (
 // printed the old value, recorded under the new inputs' key.
 func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
 	testdaemon.Buildkit(t)
-	app := t.TempDir()
-	say := func(word string) string {
-		return "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"" + word + "\\n\") }\n"
-	}
-	modfixture.Write(t, app, map[string]string{
-		"go.mod":            "module example.com/app\n\ngo 1.26\n",
-		"cmd/hello/main.go": say("one"),
-	})
-	main := filepath.Join(app, "cmd", "hello", "main.go")
+	app, main := sayingModule(t, "one")
 	past := time.Now().Add(-time.Hour).Truncate(time.Second)
 	keepTime := func() {
 		if err := os.Chtimes(main, past, past); err != nil {
@@ -36,7 +28,7 @@ func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
 	keepTime()
 	out := t.TempDir()
 	for _, word := range []string{"one", "two", "one"} {
-		if err := os.WriteFile(main, []byte(say(word)), 0o644); err != nil {
+		if err := os.WriteFile(main, []byte(saying(word)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		keepTime()
@@ -55,17 +47,9 @@ func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
 // keys had it, the next build builds it again.
 func TestAnEditWhileTheDaemonReadsIsNeverRecordedAsBuilt(t *testing.T) {
 	testdaemon.Buildkit(t)
-	app := t.TempDir()
-	say := func(word string) string {
-		return "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"" + word + "\\n\") }\n"
-	}
-	modfixture.Write(t, app, map[string]string{
-		"go.mod":            "module example.com/app\n\ngo 1.26\n",
-		"cmd/hello/main.go": say("one"),
-	})
-	main := filepath.Join(app, "cmd", "hello", "main.go")
+	app, main := sayingModule(t, "one")
 	write := func(word string) {
-		if err := os.WriteFile(main, []byte(say(word)), 0o644); err != nil {
+		if err := os.WriteFile(main, []byte(saying(word)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,4 +70,21 @@ func TestAnEditWhileTheDaemonReadsIsNeverRecordedAsBuilt(t *testing.T) {
 	t.Cleanup(func() { testHookBeforeSolve = nil })
 	write("two")
 	build("two")
+}
+
+// saying is a main package that prints word.
+func saying(word string) string {
+	return "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"" + word + "\\n\") }\n"
+}
+
+// sayingModule writes a module whose ./cmd/hello prints word, and returns
+// its folder and the main file.
+func sayingModule(t *testing.T, word string) (string, string) {
+	t.Helper()
+	app := t.TempDir()
+	modfixture.Write(t, app, map[string]string{
+		"go.mod":            "module example.com/app\n\ngo 1.26\n",
+		"cmd/hello/main.go": saying(word),
+	})
+	return app, filepath.Join(app, "cmd", "hello", "main.go")
 }
