@@ -19,3 +19,10 @@ func AnsweredAsNoop(opts Options, kind string) bool {
 
 // KeptStepTool says whether dir holds a kilnstep kiln would use.
 var KeptStepTool = keptStepTool
+
+// BeforeSolve runs f after a build read its inputs and before the daemon
+// reads them; the returned function removes it.
+func BeforeSolve(f func()) func() {
+	testHookBeforeSolve = f
+	return func() { testHookBeforeSolve = nil }
+}

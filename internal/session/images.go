@@ -262,7 +262,9 @@ func (s *Session) inputs(outDir string) (explain.Inputs, error) {
 	}
 	slices.Sort(files)
 	s.hashes.Prestat(slices.Compact(files))
-	return explain.Collect(s.Plan, defs, s.hashes.Hash)
+	in, err := explain.Collect(s.Plan, defs, s.hashes.Hash)
+	s.keyInputs, s.defs = in, defs
+	return in, err
 }
 
 // saveSourceHashes keeps the digests inputs read, once the build has

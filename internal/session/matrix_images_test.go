@@ -164,3 +164,48 @@ func TestNeverStaleImages(t *testing.T) {
 		}
 	}
 }
+
+// TestAnImageFileEditedWhileTheDaemonReadsIsNeverRecordedAsBuilt: an image
+// file changed between kiln reading the inputs for the keys and the daemon
+// reading them leaves no record of the tarball as made from what the keys
+// name; with the file as the keys said, the next build writes that image.
+func TestAnImageFileEditedWhileTheDaemonReadsIsNeverRecordedAsBuilt(t *testing.T) {
+	testdaemon.Shared(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	testdaemon.CopyTree(t, testdaemon.RepoRoot(t), root)
+	script := filepath.Join(root, "images", "antrea-controller", "hello.sh")
+	write := func(word string) {
+		if err := os.WriteFile(script, []byte("#!/bin/sh\necho "+word+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("one")
+	yaml := filepath.Join(root, "images", "antrea-controller", "image.yaml")
+	data, err := os.ReadFile(yaml)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(yaml, []byte(strings.Replace(string(data), "workdir: /\n", "workdir: /\nfiles:\n  - {src: hello.sh, dest: /usr/local/bin/hello.sh, mode: \"0755\"}\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	opts := session.Options{Root: root, Platforms: "linux/amd64", Images: []string{"antrea-controller"}, OutDir: out, Progress: "quiet"}
+	build := func() string {
+		t.Helper()
+		o, err := session.Images(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.Images[0].Digest
+	}
+	one := build()
+	write("two")
+	defer session.BeforeSolve(func() { write("six") })()
+	six := build() // the keys say two; the daemon read six
+	session.BeforeSolve(nil)
+	write("two")
+	if two := build(); two == six || two == one {
+		t.Errorf("with the file as the keys said: %s, the image the daemon read mid-build (%s) or the first (%s)", two, six, one)
+	}
+}

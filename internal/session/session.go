@@ -28,6 +28,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/golang/vendorarchive"
@@ -80,6 +81,9 @@ type Session struct {
 	// read the sources: nothing is recorded as made from them.
 	noop        *noopInputs
 	readChanged bool
+	// keyInputs are the inputs the outputs' keys were made of, from defs.
+	keyInputs explain.Inputs
+	defs      map[string]map[string]string
 	// outputs are the outputs as this build wrote or found them.
 	outputs map[string]uptodate.Stat
 }
@@ -416,6 +420,12 @@ func (s *Session) beforeSolve() {
 // other bytes than those the keys name.
 func (s *Session) afterSolve() {
 	changed := s.hashes != nil && s.hashes.Changed()
+	if !changed && s.keyInputs != nil {
+		// The sources stat as they did (their digests stand); the rest of
+		// the inputs (image files, image.yaml) is read again: it is small.
+		again, err := explain.Collect(s.Plan, s.defs, s.hashes.Hash)
+		changed = err != nil || !maps.EqualFunc(again, s.keyInputs, maps.Equal)
+	}
 	if !changed && s.noop != nil {
 		changed = s.noop.changed()
 	}
