@@ -65,7 +65,8 @@ func (r *runner) freshDaemon(name string, snapshot bool) func(context.Context) e
 		fresh := r.opts.Build
 		fresh.CacheFrom = layers
 		if snapshot {
-			fresh.GoCacheFrom = repo + "/gocache"
+			// The bench's own registry, on this machine: unsigned.
+			fresh.GoCacheFrom, fresh.GoCacheUnsigned = repo+"/gocache", true
 		}
 		s, steps, err := r.kilnBuildWith(ctx, fresh)
 		if err != nil {

@@ -152,6 +152,10 @@ type Cache struct {
 	// repository root) that every snapshot a build seeds from must be
 	// signed with; publishing then signs with KILN_GOCACHE_SIGNING_KEY.
 	GoCacheKey string `yaml:"gocacheKey"`
+	// GoCacheUnsigned lets a build seed from snapshots no pinned key
+	// signed: whoever can push to gocacheFrom then chooses compiled
+	// packages the build may use (never a release, never the shared cache).
+	GoCacheUnsigned bool `yaml:"gocacheUnsigned"`
 }
 
 // Image is images/<name>/image.yaml.

@@ -166,7 +166,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		logger, hook := logtest.NewNullLogger()
 		ctx := log.WithLogger(context.Background(), logrus.NewEntry(logger))
 		o := opts
-		o.GoCacheFrom = repo
+		o.GoCacheFrom, o.GoCacheUnsigned = repo, true
 		out, progress := runIn(ctx, t, o)
 		var logs strings.Builder
 		for _, e := range hook.AllEntries() {
@@ -200,6 +200,10 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 
 		o := opts
 		o.GoCacheFrom, o.OutDir = repo, t.TempDir()
+		if _, err := session.Binaries(context.Background(), o); err == nil || !strings.Contains(err.Error(), "gocacheUnsigned") {
+			t.Fatalf("an unsigned snapshot was seeded without the opt-in: %v", err)
+		}
+		o.GoCacheUnsigned = true
 		poisoned, err := session.Binaries(context.Background(), o)
 		if err == nil && (len(poisoned.Ran("seed GOCACHE")) != 1 || bytes.Equal(binaryOf(poisoned), clean)) {
 			t.Fatal("the planted snapshot was not used or changed nothing: this test would prove nothing")
@@ -379,4 +383,22 @@ func plant(t *testing.T, layer []byte, mediaType string) []byte {
 	}
 	tw.Close()
 	return out.Bytes()
+}
+
+// TestUnsignedSnapshotsAreSeededOnlyWhenAskedAndNeverRepublishedSigned:
+// without a pinned key a snapshot is whatever its registry's writers
+// pushed: seeding one needs cache.gocacheUnsigned, and a build seeded so
+// never signs what it publishes. Both are refused before any daemon.
+func TestUnsignedSnapshotsAreSeededOnlyWhenAskedAndNeverRepublishedSigned(t *testing.T) {
+	t.Setenv("BUILDKIT_HOST", "unix:///nonexistent/kiln-test/buildkitd.sock") // never reached
+	opts := session.Options{Root: testdaemon.RepoRoot(t), OutDir: t.TempDir(), Progress: "quiet", GoCacheFrom: "localhost:5000/kiln/gocache"}
+	if _, err := session.Binaries(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "gocacheUnsigned") || strings.Contains(err.Error(), "BUILDKIT_HOST") {
+		t.Errorf("seeding an unsigned snapshot unasked: %v; want it refused before any daemon, naming cache.gocacheUnsigned", err)
+	}
+	_, priv := keyPair(t)
+	t.Setenv(gocache.SigningKeyEnv, priv)
+	opts.GoCacheUnsigned, opts.GoCacheTo = true, "localhost:5000/kiln/gocache"
+	if _, err := session.Binaries(context.Background(), opts); err == nil || !strings.Contains(err.Error(), "never published signed") || strings.Contains(err.Error(), "BUILDKIT_HOST") {
+		t.Errorf("publishing signed after seeding unsigned: %v; want it refused before any daemon", err)
+	}
 }

@@ -60,6 +60,9 @@ type Options struct {
 	// GoCacheKey overrides cache.gocacheKey: the ed25519 public key (PEM)
 	// every seeded snapshot must be signed with.
 	GoCacheKey string
+	// GoCacheUnsigned seeds from snapshots no pinned key signed, as
+	// cache.gocacheUnsigned does.
+	GoCacheUnsigned bool
 	// Rebuild solves and writes the outputs even when the ones already
 	// written were made from the same inputs (to time a build, or to fill a
 	// pruned daemon's caches).

@@ -186,6 +186,15 @@ func prepare(ctx context.Context, opts Options, clock uptodate.Clock, head *plan
 	if pr.goCacheKey, pr.signingKey, err = gocache.Keys(firstOf(opts.GoCacheKey, req.cfg.Cache.GoCacheKey), pr.goCacheTo != ""); err != nil {
 		return nil, err
 	}
+	if pr.goCacheFrom != "" && pr.goCacheKey == nil {
+		// Unsigned, a snapshot is whatever its registry's writers pushed.
+		if !opts.GoCacheUnsigned && !req.cfg.Cache.GoCacheUnsigned {
+			return nil, fmt.Errorf("%s: cache.gocacheFrom %s: a Go cache snapshot is seeded only when signed with the key cache.gocacheKey pins; pin one, or set cache.gocacheUnsigned: true to seed unsigned ones", config.File, pr.goCacheFrom)
+		}
+		if pr.signingKey != nil {
+			return nil, fmt.Errorf("%s: cache.gocacheFrom %s is seeded unsigned, and what a build seeded from it compiles is never published signed: pin cache.gocacheKey, or publish without %s", config.File, pr.goCacheFrom, gocache.SigningKeyEnv)
+		}
+	}
 	if pr.goCacheTo != "" {
 		if _, _, err := gocache.Repo(pr.goCacheTo, "-gocacheto"); err != nil {
 			return nil, err
