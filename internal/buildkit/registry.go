@@ -52,6 +52,10 @@ func RegistryHost(registry string) (string, bool, error) {
 	return registry, loopback, nil
 }
 
+// dockerHubIndexHost is Docker Hub's legacy index host, which references
+// may still name.
+const dockerHubIndexHost = "index.docker.io"
+
 // explicitHost is the registry host ref names, which it must name: a first
 // element with no dot, port or "localhost" is a Docker Hub namespace to the
 // reference grammar, so "buildhost/cache" would reach Docker Hub, with
@@ -62,7 +66,9 @@ func explicitHost(ref string) (string, error) {
 		return "", err
 	}
 	host, _, _ := strings.Cut(ref, "/")
-	if domain := reference.Domain(named); domain != host {
+	// Docker Hub's legacy index host names Docker Hub: the grammar
+	// normalizes it to docker.io.
+	if domain := reference.Domain(named); domain != host && !(host == dockerHubIndexHost && domain == "docker.io") {
 		return "", fmt.Errorf("%s is read as %s/%s: give the registry host with a dot or a port (e.g. %s:5000 or %s.example.com)", host, domain, host, host, host)
 	}
 	return host, nil

@@ -66,7 +66,7 @@ func TestALayerCacheNamesItsRegistry(t *testing.T) {
 			t.Errorf("CacheEntries(%q, %q): %v; want it refused, naming %q", tc.flag, tc.configured, err, tc.want)
 		}
 	}
-	for _, ok := range []string{"type=registry,ref=localhost:5000/cache", "type=registry,ref=registry.example.com/team/cache:main,mode=max", "type=local,dest=/tmp/c", "type=inline"} {
+	for _, ok := range []string{"type=registry,ref=localhost:5000/cache", "type=registry,ref=docker.io/team/cache", "type=registry,ref=index.docker.io/team/cache", "type=registry,ref=registry.example.com/team/cache:main,mode=max", "type=local,dest=/tmp/c", "type=inline"} {
 		if _, err := CacheEntries(ok, "", "-cachefrom"); err != nil {
 			t.Errorf("CacheEntries(%q): %v", ok, err)
 		}
