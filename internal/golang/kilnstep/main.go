@@ -79,7 +79,8 @@ func main() {
 		sep := 4 + slices.Index(os.Args[4:], "--")
 		err = copyModules(os.Args[2], os.Args[3], os.Args[4:sep], os.Args[sep+1:])
 	default:
-		err = fmt.Errorf("usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS... | tool CPUS TOOL ARGS... | modules SRC DEST MODULES... -- GO ARGS...")
+		fmt.Fprintln(os.Stderr, "usage: kilnstep snapshot SPEC OUT | seed SRC GOCACHE | gobuild KEEP OUT NAMES SIDE CPUS -- GO ARGS... | tool CPUS TOOL ARGS... | modules SRC DEST MODULES... -- GO ARGS...")
+		os.Exit(2)
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
