@@ -311,9 +311,11 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //	-dryrun                 show what would be published
 //	-latest, -skiptlsverify as for images:push
 //	-force                  release a tree with uncommitted changes
-//	-trustcaches            import the layer cache and seed Go cache snapshots,
-//	                        as other builds do (recorded in the summary and the
-//	                        provenance); by default a release reads no shared cache
+//	-trustcaches            import the layer cache, seed Go cache snapshots and
+//	                        reuse the daemon's cache, as other builds do
+//	                        (recorded in the summary and the provenance); by
+//	                        default a release reads no cache and every step
+//	                        re-runs, on an empty Go cache of its own
 func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool) error {
 	o := cli.Options(nil, nil, progress)
 	r := publish.ReleaseOptions{

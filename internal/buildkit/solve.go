@@ -12,6 +12,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -97,6 +98,29 @@ func (s Steps) Ran(substr string) []string {
 	return names
 }
 
+// Plus is s followed by the steps of a later solve: a step of both ran in
+// the jobs of either, was reused only if both reused it, and took the
+// longer of its two times.
+func (s Steps) Plus(later Steps) Steps {
+	out := slices.Clone(s)
+	at := map[string]int{}
+	for i, st := range out {
+		at[st.Name] = i
+	}
+	for _, st := range later {
+		i, ok := at[st.Name]
+		if !ok {
+			at[st.Name] = len(out)
+			out = append(out, st)
+			continue
+		}
+		out[i].Runs += st.Runs
+		out[i].Cached = out[i].Cached && st.Cached
+		out[i].Duration = max(out[i].Duration, st.Duration)
+	}
+	return out
+}
+
 // SolveOptions apply to every job of one Solve.
 type SolveOptions struct {
 	// Locals maps local source names to directories on this machine.
@@ -118,6 +142,19 @@ type SolveOptions struct {
 	// temporary name, or Dest itself when the one in place was kept). An
 	// error leaves every output in place as it was.
 	Check func(results []Result, at map[string]string) error
+	// Marshal, when set, makes a job's definitions, and Solved notes those
+	// it solved: an isolated build's make every step it has not run yet
+	// ignore the cache (image.Graph.Marshal).
+	Marshal func(context.Context, llb.State) (*llb.Definition, error)
+	Solved  func(*llb.Definition)
+}
+
+// MarshalState is st's definition, made by opts.Marshal when set.
+func (opts SolveOptions) MarshalState(ctx context.Context, st llb.State) (*llb.Definition, error) {
+	if opts.Marshal != nil {
+		return opts.Marshal(ctx, st)
+	}
+	return st.Marshal(ctx)
 }
 
 // ProgressModes are the accepted values of -progress and KILN_PROGRESS.

@@ -173,7 +173,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		// a vertex this job has not run yet must still ignore the cache.
 		defs := make([]*llb.Definition, len(img.Targets))
 		for i := range img.Targets {
-			def, err := s.marshal(ctx, states[i])
+			def, err := s.Marshal(ctx, states[i])
 			if err != nil {
 				return nil, err
 			}
@@ -186,7 +186,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 		// sharing steps ran at once in one job, and a later step found that
 		// mount empty.
 		if s.NoCache && len(states) > 1 {
-			def, err := s.marshal(ctx, buildkit.Together(fmt.Sprintf("[%s] wait for every platform", img.Name), states...))
+			def, err := s.Marshal(ctx, buildkit.Together(fmt.Sprintf("[%s] wait for every platform", img.Name), states...))
 			if err != nil {
 				return nil, err
 			}
@@ -229,7 +229,7 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 			}
 		}
 		for _, def := range defs {
-			s.solved(def)
+			s.Solved(def)
 		}
 		exp := exptypes.Platforms{}
 		for _, target := range img.Targets {
@@ -244,11 +244,11 @@ func (s *Graph) Build(img plan.Image) gateway.BuildFunc {
 	}
 }
 
-// marshal is st's definition; under NoCache every vertex no earlier job
+// Marshal is st's definition; under NoCache every vertex no earlier job
 // of this graph ran ignores the cache, and one that ran is taken from it:
 // the result it left is the newest under its key. That holds because jobs
 // run one after another (buildkit.Daemon.Solve).
-func (s *Graph) marshal(ctx context.Context, st llb.State) (*llb.Definition, error) {
+func (s *Graph) Marshal(ctx context.Context, st llb.State) (*llb.Definition, error) {
 	if !s.NoCache {
 		return st.Marshal(ctx)
 	}
@@ -267,8 +267,8 @@ func (s *Graph) marshal(ctx context.Context, st llb.State) (*llb.Definition, err
 	return def, nil
 }
 
-// solved records the vertices of a definition a NoCache solve has run.
-func (s *Graph) solved(def *llb.Definition) {
+// Solved records the vertices of a definition a NoCache solve has run.
+func (s *Graph) Solved(def *llb.Definition) {
 	if !s.NoCache {
 		return
 	}

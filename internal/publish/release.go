@@ -149,48 +149,21 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 // SHA256SUMS file and its signature (SHA256SUMS.sig, for cosign
 // verify-blob); the directory appears whole or not at all.
 func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, signer *sign.Signer) error {
-	var files []export.FileCopy
-	var targets []ocispec.Platform
-	for _, a := range sum.Assets {
-		target, err := config.ParsePlatform(a.Platform)
-		if err != nil {
-			return err
-		}
-		s.Ships(target, a.Binary)
-		targets = append(targets, target)
-	}
-	for i, a := range sum.Assets {
-		files = append(files, export.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
-	}
 	work := sum.AssetsDir + ".work"
-	os.RemoveAll(work)
-	if _, _, err := s.ExportFiles(ctx, "release assets", files, work, nil); err != nil {
-		os.RemoveAll(work)
+	sums, _, err := exportAssets(ctx, s, sum.Assets, work)
+	if err != nil {
 		return err
 	}
-	var lines []string
-	for i, a := range sum.Assets {
-		data, err := os.ReadFile(filepath.Join(work, a.Name))
-		if err != nil {
-			os.RemoveAll(work)
-			return err
-		}
-		h := sha256.Sum256(data)
-		sum.Assets[i].SHA256 = hex.EncodeToString(h[:])
-		lines = append(lines, fmt.Sprintf("%s  %s", sum.Assets[i].SHA256, a.Name))
-	}
-	sort.Strings(lines)
-	sums := []byte(strings.Join(lines, "\n") + "\n")
 	sig, err := signer.Sign(sums)
 	if err != nil {
 		os.RemoveAll(work)
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(work, "SHA256SUMS"), sums, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(work, SumsFile), sums, 0o644); err != nil {
 		os.RemoveAll(work)
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(work, "SHA256SUMS.sig"), []byte(sig+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(work, SumsFile+".sig"), []byte(sig+"\n"), 0o644); err != nil {
 		os.RemoveAll(work)
 		return err
 	}
@@ -199,4 +172,46 @@ func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, s
 		return err
 	}
 	return nil
+}
+
+// SumsFile lists the sha256 of every release asset, as sha256sum prints
+// them; SumsFile.sig is its signature.
+const SumsFile = "SHA256SUMS"
+
+// exportAssets cross-compiles the assets into work, sets each one's SHA256
+// and returns the SHA256SUMS file of them and the steps of the solve; on
+// error work is removed.
+func exportAssets(ctx context.Context, s *session.Session, assets []image.Asset, work string) ([]byte, buildkit.Steps, error) {
+	var files []export.FileCopy
+	var targets []ocispec.Platform
+	for _, a := range assets {
+		target, err := config.ParsePlatform(a.Platform)
+		if err != nil {
+			return nil, nil, err
+		}
+		s.Ships(target, a.Binary)
+		targets = append(targets, target)
+	}
+	for i, a := range assets {
+		files = append(files, export.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
+	}
+	os.RemoveAll(work)
+	steps, _, err := s.ExportFiles(ctx, "release assets", files, work, nil)
+	if err != nil {
+		os.RemoveAll(work)
+		return nil, nil, err
+	}
+	var lines []string
+	for i, a := range assets {
+		data, err := os.ReadFile(filepath.Join(work, a.Name))
+		if err != nil {
+			os.RemoveAll(work)
+			return nil, nil, err
+		}
+		h := sha256.Sum256(data)
+		assets[i].SHA256 = hex.EncodeToString(h[:])
+		lines = append(lines, fmt.Sprintf("%s  %s", assets[i].SHA256, a.Name))
+	}
+	sort.Strings(lines)
+	return []byte(strings.Join(lines, "\n") + "\n"), steps, nil
 }

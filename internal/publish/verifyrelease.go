@@ -2,8 +2,11 @@ package publish
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,7 +24,6 @@ import (
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
-	"github.com/kiln-build/kiln/internal/verify"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
@@ -33,6 +35,21 @@ type VerifyReleaseOptions struct {
 	// PublicKey is the cosign.pub to check signatures with; kiln.yaml's
 	// signing.publicKey when empty.
 	PublicKey string
+	// Assets is a folder holding the release assets with SHA256SUMS and
+	// SHA256SUMS.sig, as downloaded; when empty, the release folder
+	// `release` wrote (<out>/release/<version>) if there is one.
+	Assets string
+}
+
+// VerifiedAssets is what release:verify found of the release assets.
+type VerifiedAssets struct {
+	// Dir is the folder checked; empty when none was given or found.
+	Dir string `json:"dir,omitempty"`
+	// Verified are the assets whose sha256 SHA256SUMS lists, its signature
+	// verified; Compared those rebuilt and found identical.
+	Verified []string `json:"verified"`
+	Compared []string `json:"compared"`
+	Problems []string `json:"problems,omitempty"`
 }
 
 // VerifiedImage is one released image as release:verify found it.
@@ -63,6 +80,7 @@ type VerifyReleaseOutcome struct {
 	Version     string               `json:"version"`
 	Commit      string               `json:"commit"`
 	Images      []VerifiedImage      `json:"images"`
+	Assets      VerifiedAssets       `json:"assets"`
 	Differences []inspect.Difference `json:"differences"`
 	// Rebuild holds the steps of the isolated rebuild.
 	Rebuild buildkit.Steps `json:"-"`
@@ -75,12 +93,40 @@ func (o *VerifyReleaseOutcome) OK() bool {
 			return false
 		}
 	}
-	return len(o.Differences) == 0
+	return len(o.Differences) == 0 && len(o.Assets.Problems) == 0
 }
 
-// rebuild is the isolated rebuild; a test that has proven its isolation
-// once may check the rest of release:verify on a warm build.
-var rebuild = verify.Rebuild
+// trustCachesInRebuild lets a test that has proven the rebuild's isolation
+// once check the rest of release:verify on a warm build.
+var trustCachesInRebuild bool
+
+// rebuild builds the images and the assets once as a release builds them
+// (session.Options.Release: every step re-run, an empty Go cache of its
+// own), the images as OCI tarballs under opts.OutDir, the assets into dir,
+// setting each one's SHA256.
+func rebuild(ctx context.Context, opts session.Options, assets []image.Asset, dir string) (*session.ImagesOutcome, error) {
+	opts.Release, opts.TrustCaches, opts.SkipChecks = true, trustCachesInRebuild, true
+	s, err := session.Start(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	// The assets first, as a release writes them: they name the binaries
+	// each platform ships before the images ask for any.
+	var steps buildkit.Steps
+	if len(assets) > 0 {
+		var err error
+		if _, steps, err = exportAssets(ctx, s, assets, dir); err != nil {
+			return nil, fmt.Errorf("the release assets: %w", err)
+		}
+	}
+	out, err := s.WriteImages(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	out.Steps = steps.Plus(out.Steps)
+	return out, nil
+}
 
 // VerifyRelease checks a published release against its source: it checks
 // the signatures of every index and platform manifest and the provenance
@@ -126,6 +172,16 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 	}
 	resolver := buildkit.Resolver(loopback, vopts.SkipTLSVerify, buildkit.Credentials())
 
+	assetsDir := vopts.Assets
+	if assetsDir == "" {
+		written := filepath.Join(opts.OutDirFor(root), "release", vopts.Version)
+		if _, err := os.Stat(filepath.Join(written, SumsFile)); err == nil {
+			assetsDir = written
+		}
+	} else if fi, err := os.Stat(assetsDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("-assets=%s: no such folder; download the release assets with SHA256SUMS and SHA256SUMS.sig into one", assetsDir)
+	}
+
 	tmp, err := os.MkdirTemp("", "kiln-release-verify-")
 	if err != nil {
 		return nil, err
@@ -165,7 +221,36 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 		return nil, fmt.Errorf("the checkout of %s stamps version %s, commit %s; a release of that tag stamps %s, %s", vopts.Version, p.Stamp.Version, p.Stamp.Commit, vopts.Version, commit)
 	}
 
-	out := &VerifyReleaseOutcome{Version: vopts.Version, Commit: commit}
+	out := &VerifyReleaseOutcome{Version: vopts.Version, Commit: commit, Assets: VerifiedAssets{Dir: assetsDir}}
+	var assets []image.Asset
+	var sums map[string]string
+	var rebuilding []string
+	if chosen, err := config.ParsePlatforms(opts.Platforms); err == nil {
+		for _, c := range chosen {
+			rebuilding = append(rebuilding, config.FormatPlatform(c))
+		}
+	}
+	if assetsDir != "" {
+		var problems []string
+		sums, problems = checkAssets(assetsDir, image.Assets(cfg.Release), verifier)
+		out.Assets.Problems = problems
+		for _, a := range image.Assets(cfg.Release) {
+			if _, ok := sums[a.Name]; ok {
+				out.Assets.Verified = append(out.Assets.Verified, a.Name)
+			}
+			// Those of the platforms rebuilt, or all of them.
+			if !partial || slices.Contains(rebuilding, a.Platform) {
+				assets = append(assets, a)
+			}
+		}
+		var platforms []string
+		for _, a := range assets {
+			if !slices.Contains(platforms, a.Platform) {
+				platforms = append(platforms, a.Platform)
+			}
+		}
+		opts.BinaryPlatforms = strings.Join(platforms, ",")
+	}
 	for _, img := range p.Images {
 		vi, err := checkPublished(ctx, resolver, verifier, registry, p, img, commit)
 		if err != nil {
@@ -174,11 +259,20 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 		out.Images = append(out.Images, *vi)
 	}
 
-	rebuilt, err := rebuild(ctx, opts)
+	rebuilt, err := rebuild(ctx, opts, assets, filepath.Join(tmp, "assets"))
 	if err != nil {
 		return nil, fmt.Errorf("rebuild %s in isolation: %w", vopts.Version, err)
 	}
 	out.Rebuild = rebuilt.Steps
+	for _, a := range assets {
+		switch listed, ok := sums[a.Name]; {
+		case !ok:
+		case listed != a.SHA256:
+			out.Assets.Problems = append(out.Assets.Problems, fmt.Sprintf("%s: SHA256SUMS says %s, the rebuild from source is %s", a.Name, listed, a.SHA256))
+		default:
+			out.Assets.Compared = append(out.Assets.Compared, a.Name)
+		}
+	}
 	for i, r := range rebuilt.Images {
 		vi := &out.Images[i]
 		vi.Rebuilt, vi.Compared = r.Digest, r.Platforms
@@ -202,6 +296,64 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 		out.Differences = append(out.Differences, diffs...)
 	}
 	return out, nil
+}
+
+// checkAssets checks the release assets in dir: SHA256SUMS's signature
+// (SHA256SUMS.sig, as cosign verify-blob reads it), that it lists exactly
+// the assets the tag's kiln.yaml names, and each file's sha256. sums are
+// the sha256 of each asset that matched, by name.
+func checkAssets(dir string, assets []image.Asset, verifier *sign.Verifier) (sums map[string]string, problems []string) {
+	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	if len(assets) == 0 {
+		problem("%s: the tag's %s names no release assets", dir, config.File)
+		return nil, problems
+	}
+	list, err := os.ReadFile(filepath.Join(dir, SumsFile))
+	if err != nil {
+		problem("%s: %v", dir, err)
+		return nil, problems
+	}
+	sig, err := os.ReadFile(filepath.Join(dir, SumsFile+".sig"))
+	if err != nil {
+		problem("%s: %v", dir, err)
+		return nil, problems
+	}
+	if err := verifier.Verify(list, strings.TrimSpace(string(sig))); err != nil {
+		problem("%s: the signature %s does not verify: %v", filepath.Join(dir, SumsFile), SumsFile+".sig", err)
+		return nil, problems
+	}
+	listed := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(string(list), "\n"), "\n") {
+		sum, name, ok := strings.Cut(line, "  ")
+		if !ok || len(sum) != 64 {
+			problem("%s: %q is not a line of sha256sum", filepath.Join(dir, SumsFile), line)
+			continue
+		}
+		listed[name] = sum
+	}
+	sums = map[string]string{}
+	for _, a := range assets {
+		sum, ok := listed[a.Name]
+		if !ok {
+			problem("%s lists no %s, which the release carries", SumsFile, a.Name)
+			continue
+		}
+		delete(listed, a.Name)
+		data, err := os.ReadFile(filepath.Join(dir, a.Name))
+		if err != nil {
+			problem("%s: %v", a.Name, err)
+			continue
+		}
+		if h := sha256.Sum256(data); hex.EncodeToString(h[:]) != sum {
+			problem("%s: its sha256 is %x, SHA256SUMS says %s", a.Name, h, sum)
+			continue
+		}
+		sums[a.Name] = sum
+	}
+	for _, name := range slices.Sorted(maps.Keys(listed)) {
+		problem("%s lists %s, which the tag's %s does not name", SumsFile, name, config.File)
+	}
+	return sums, problems
 }
 
 // releasePlatforms checks a -platforms list against the release's and

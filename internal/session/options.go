@@ -53,9 +53,11 @@ type Options struct {
 	// BinaryPlatforms are more platforms the binaries are built for beside
 	// the images' (comma-separated; release assets).
 	BinaryPlatforms string
-	// Release builds what a release publishes: no layer cache is imported or
-	// exported, no Go cache snapshot seeded or published, and the Go cache
-	// mount is the release's own (<gocache>-release), unless TrustCaches.
+	// Release builds what a release publishes. Unless TrustCaches, it
+	// reads no cache at all: no layer cache is imported or exported, no Go
+	// cache snapshot seeded or published, and every step re-runs, on an
+	// empty Go cache of its own (Session.Isolated), whatever the daemon's
+	// local cache holds.
 	Release, TrustCaches bool
 	// GoCacheKey overrides cache.gocacheKey: the ed25519 public key (PEM)
 	// every seeded snapshot must be signed with.
@@ -68,10 +70,6 @@ type Options struct {
 	// pruned daemon's caches).
 	Rebuild bool
 }
-
-// ReleaseCacheSuffix names a release's own Go cache mount: no build that
-// read a shared cache wrote to it.
-const ReleaseCacheSuffix = "-release"
 
 // RootDir is the repository root the options build: Root, else the
 // working directory.
@@ -130,8 +128,6 @@ type request struct {
 	root string
 	cfg  *config.Config
 	po   plan.Options
-	// cacheSuffix is added to the Go cache mount id (a release's own).
-	cacheSuffix string
 }
 
 func load(opts Options, head *plan.Git) (*request, error) {

@@ -86,6 +86,8 @@ type Session struct {
 	defs      map[string]map[string]string
 	// outputs are the outputs as this build wrote or found them.
 	outputs map[string]uptodate.Stat
+	// cleanups run at Close (an isolated Go cache is emptied).
+	cleanups []func()
 }
 
 // UseRegistry lets the daemon ask for the credentials of a registry this
@@ -175,7 +177,6 @@ func prepare(ctx context.Context, opts Options, clock uptodate.Clock, head *plan
 		// Whoever can write to a cache registry could choose what a
 		// release contains: a release reads and writes no shared cache.
 		pr.cacheTo, pr.cacheFrom, pr.goCacheTo, pr.goCacheFrom = nil, nil, "", ""
-		req.cacheSuffix = ReleaseCacheSuffix
 	}
 	if err := buildkit.CheckCacheBackend(pr.cacheTo, opts.CacheTo, "-cacheto"); err != nil {
 		return nil, err
@@ -245,7 +246,6 @@ func (pr *Prepared) resolve(ctx context.Context, bp ocispec.Platform) error {
 	if err != nil {
 		return err
 	}
-	p.Cache.GoCache += req.cacheSuffix
 	src, err := pr.sourcesOf(ctx, p)
 	if err != nil {
 		return err
@@ -325,7 +325,15 @@ func (pr *Prepared) Start(ctx context.Context) (*Session, error) {
 	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {
 		s.goCacheMax, _ = config.ParseSize(req.cfg.Cache.GoCacheMax) // validated by config.Load
 	}
-	if !opts.Release {
+	switch {
+	case opts.Release && !opts.TrustCaches:
+		// The daemon's local cache holds what any earlier build imported
+		// from a layer cache, under the keys a release's steps have.
+		if err := s.isolate(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+	case !opts.Release:
 		if err := s.useKeptStepTool(ctx, pr.cache); err != nil {
 			s.Close()
 			return nil, err
@@ -444,6 +452,9 @@ func (s *Session) afterSolve() {
 }
 
 func (s *Session) Close() {
+	for _, f := range s.cleanups {
+		f()
+	}
 	if s.vendor != nil {
 		s.vendor.Close()
 	}
@@ -464,7 +475,8 @@ func (s *Session) solveOptions(ctx context.Context) buildkit.SolveOptions {
 		mounts[golang.LocalVendor] = s.vendor
 	}
 	return buildkit.SolveOptions{Locals: s.locals, Mounts: mounts, Progress: s.mode, Out: s.out,
-		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint}
+		CacheExports: s.cacheTo, CacheImports: s.cacheFrom, Session: append(buildkit.AuthSession(ctx, s.registries), s.attach...), Hint: plan.Hint,
+		Marshal: s.Graph.Marshal, Solved: s.Graph.Solved}
 }
 
 func workerPlatform(ctx context.Context, d *buildkit.Daemon) (ocispec.Platform, error) {

@@ -68,22 +68,3 @@ func Repro(ctx context.Context, opts session.Options) (*ReproOutcome, error) {
 	}
 	return out, nil
 }
-
-// Rebuild builds every image once in isolation, as Repro's second build
-// does (every step re-run, an empty Go build cache of its own), and writes
-// the OCI tarballs under opts.OutDir. release:verify compares them with a
-// registry.
-func Rebuild(ctx context.Context, opts session.Options) (*session.ImagesOutcome, error) {
-	s, err := session.Start(ctx, opts)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	rebuild, cleanup, err := s.Isolated(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer cleanup()
-	opts.SkipChecks = true
-	return rebuild.WriteImages(ctx, opts)
-}

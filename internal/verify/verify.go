@@ -1,8 +1,7 @@
 // Package verify owns the verify stage's targets: verify (drift, static
 // linking, image rules and size budgets of what the last build wrote),
 // doctor, verify:repro (build twice, the second time in isolation, and
-// locate every difference), the isolated rebuild release:verify compares,
-// and size. It starts the builds it checks through package session and
+// locate every difference) and size. It starts the builds it checks through package session and
 // judges them with package inspect.
 package verify
 

@@ -166,20 +166,24 @@ type Release mg.Namespace
 // checks out the tag's commit into a temporary clone, rebuilds every image
 // for every release platform (the tag's kiln.yaml release.platforms) in
 // isolation and compares each with the registry's, locating any difference
-// (image, platform, layer, file, ELF section). Exits non-zero unless all is
-// identical and verified.
+// (image, platform, layer, file, ELF section). Release assets, when given,
+// are checked against SHA256SUMS and its signature, rebuilt and compared.
+// Exits non-zero unless all is identical and verified.
 //
 //	VERSION                 the released tag, e.g. v2.3.0
 //	-registry=HOST[:PORT]   where it was released (or REGISTRY)
 //	-key=FILE               cosign.pub (default kiln.yaml signing.publicKey)
+//	-assets=DIR             the release assets with SHA256SUMS and its .sig, as
+//	                        downloaded (default _output/release/VERSION when
+//	                        there); checked, and rebuilt and compared
 //	-platforms=P,...        rebuild and compare these release platforms only,
 //	                        manifest by manifest (every signature is still checked)
 //	-skiptlsverify          as for images:push
 //	-progress               as for images
-func (Release) Verify(ctx context.Context, version string, registry *string, key *string, platforms *string, skiptlsverify *bool, progress *string) error {
+func (Release) Verify(ctx context.Context, version string, registry *string, key *string, assets *string, platforms *string, skiptlsverify *bool, progress *string) error {
 	out, err := publish.VerifyRelease(ctx, cli.Options(platforms, nil, progress), publish.VerifyReleaseOptions{
 		PushOptions: publish.PushOptions{Registry: cli.Str(registry), SkipTLSVerify: cli.Bool(skiptlsverify)},
-		Version:     version, PublicKey: cli.Str(key),
+		Version:     version, PublicKey: cli.Str(key), Assets: cli.Str(assets),
 	})
 	if err != nil {
 		return cli.Interrupted(ctx, err)
@@ -195,6 +199,15 @@ func (Release) Verify(ctx context.Context, version string, registry *string, key
 		}
 		fmt.Printf("  %s %s [%s] %d signatures and %d attestations verified, %s\n", img.Ref, img.Digest, strings.Join(img.Platforms, ", "), img.Signatures, img.Attestations, same)
 		for _, p := range img.Problems {
+			fmt.Printf("    NOT VERIFIED: %s\n", p)
+		}
+	}
+	switch a := out.Assets; {
+	case a.Dir == "":
+		fmt.Println("  release assets not checked: pass -assets=DIR with them, SHA256SUMS and SHA256SUMS.sig")
+	default:
+		fmt.Printf("  release assets in %s: %d match the signed SHA256SUMS, %d identical to their rebuild\n", a.Dir, len(a.Verified), len(a.Compared))
+		for _, p := range a.Problems {
 			fmt.Printf("    NOT VERIFIED: %s\n", p)
 		}
 	}

@@ -61,6 +61,7 @@ const (
 // the files of dest that were sent.
 func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCopy, dest string, written Written, opts buildkit.SolveOptions) (steps buildkit.Steps, sent []string, err error) {
 	held := map[int]bool{} // files dest holds already
+	var made []*llb.Definition
 	job := buildkit.Job{
 		Name: name,
 		Dest: dest,
@@ -72,7 +73,7 @@ func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCop
 			defs := map[digest.Digest]*llb.Definition{}
 			var waitFor []llb.State
 			for i, f := range files {
-				def, err := f.From.Marshal(ctx)
+				def, err := opts.MarshalState(ctx, f.From)
 				if err != nil {
 					return nil, err
 				}
@@ -82,6 +83,7 @@ func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCop
 					order = append(order, key)
 				}
 				defs[key] = def
+				made = append(made, def)
 				byOutput[key] = append(byOutput[key], i)
 			}
 			// One solve runs every step the files come from side by side,
@@ -91,13 +93,14 @@ func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCop
 			// twice when solves sharing steps ran at once in one job, and
 			// a later step then found that mount empty.
 			if len(waitFor) > 1 {
-				def, err := buildkit.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...).Marshal(ctx)
+				def, err := opts.MarshalState(ctx, buildkit.Together(fmt.Sprintf("[%s] wait for every platform", name), waitFor...))
 				if err != nil {
 					return nil, err
 				}
 				if _, err := c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), CacheImports: imports, Evaluate: true}); err != nil {
 					return nil, err
 				}
+				made = append(made, def)
 			}
 			// A layer cache export holds what the job's result holds: a
 			// merge of every output, keyed on their keys, from which a
@@ -106,7 +109,7 @@ func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCop
 			// where the wait above, keyed on no content, is found done.
 			var result *gateway.Result
 			if len(opts.CacheExports) > 0 {
-				def, err := llb.Merge(waitFor, llb.WithCustomNamef("[%s] outputs for the layer cache", name)).Marshal(ctx)
+				def, err := opts.MarshalState(ctx, llb.Merge(waitFor, llb.WithCustomNamef("[%s] outputs for the layer cache", name)))
 				if err != nil {
 					return nil, err
 				}
@@ -179,6 +182,11 @@ func Files(ctx context.Context, d *buildkit.Daemon, name string, files []FileCop
 	out, err := d.Solve(ctx, []buildkit.Job{job}, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if opts.Solved != nil {
+		for _, def := range made {
+			opts.Solved(def)
+		}
 	}
 	for i, f := range files {
 		if !held[i] {

@@ -1,0 +1,114 @@
+package publish
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/sign"
+)
+
+// TestCheckAssets: release:verify accepts the assets a release wrote and
+// names each way a downloaded folder can differ from them.
+func TestCheckAssets(t *testing.T) {
+	keys := t.TempDir()
+	signer, verifier := keyPair(t, keys, "release")
+	_, foreign := keyPair(t, keys, "other")
+	assets := []image.Asset{{Binary: "antctl", Platform: "linux/amd64", Name: "antctl-linux-x86_64"}, {Binary: "antctl", Platform: "windows/amd64", Name: "antctl-windows-x86_64.exe"}}
+	// release writes them so: the files, SHA256SUMS and its signature.
+	write := func(t *testing.T, files map[string]string, listed ...string) string {
+		dir := t.TempDir()
+		var lines []string
+		for _, name := range slices.Sorted(maps.Keys(files)) {
+			os.WriteFile(filepath.Join(dir, name), []byte(files[name]), 0o755)
+			lines = append(lines, fmt.Sprintf("%x  %s", sha256.Sum256([]byte(files[name])), name))
+		}
+		lines = append(lines, listed...)
+		sums := []byte(strings.Join(lines, "\n") + "\n")
+		sig, err := signer.Sign(sums)
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dir, SumsFile), sums, 0o644)
+		os.WriteFile(filepath.Join(dir, SumsFile+".sig"), []byte(sig+"\n"), 0o644)
+		return dir
+	}
+	files := map[string]string{"antctl-linux-x86_64": "linux binary", "antctl-windows-x86_64.exe": "windows binary"}
+
+	t.Run("as written", func(t *testing.T) {
+		sums, problems := checkAssets(write(t, files), assets, verifier)
+		if len(problems) > 0 || len(sums) != 2 || sums["antctl-linux-x86_64"] != fmt.Sprintf("%x", sha256.Sum256([]byte("linux binary"))) {
+			t.Errorf("sums %v, problems %v", sums, problems)
+		}
+	})
+	for _, tt := range []struct {
+		name   string
+		change func(t *testing.T, dir string)
+		want   string
+	}{
+		{"a file replaced", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "antctl-linux-x86_64"), []byte("trojan binary"), 0o755)
+		}, "antctl-linux-x86_64: its sha256 is"},
+		{"SHA256SUMS edited to match", func(t *testing.T, dir string) {
+			os.WriteFile(filepath.Join(dir, "antctl-linux-x86_64"), []byte("trojan binary"), 0o755)
+			data, _ := os.ReadFile(filepath.Join(dir, SumsFile))
+			edited := strings.Replace(string(data), fmt.Sprintf("%x", sha256.Sum256([]byte("linux binary"))), fmt.Sprintf("%x", sha256.Sum256([]byte("trojan binary"))), 1)
+			os.WriteFile(filepath.Join(dir, SumsFile), []byte(edited), 0o644)
+		}, "does not verify"},
+		{"a file missing", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, "antctl-windows-x86_64.exe"))
+		}, "antctl-windows-x86_64.exe: open"},
+		{"no signature", func(t *testing.T, dir string) {
+			os.Remove(filepath.Join(dir, SumsFile+".sig"))
+		}, "SHA256SUMS.sig: no such file"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := write(t, files)
+			tt.change(t, dir)
+			_, problems := checkAssets(dir, assets, verifier)
+			if !strings.Contains(strings.Join(problems, "\n"), tt.want) {
+				t.Errorf("problems %q, want one saying %q", problems, tt.want)
+			}
+		})
+	}
+	t.Run("another key's signature", func(t *testing.T) {
+		if _, problems := checkAssets(write(t, files), assets, foreign); !strings.Contains(strings.Join(problems, "\n"), "does not verify") {
+			t.Errorf("problems %q", problems)
+		}
+	})
+	t.Run("one asset more or less than the tag names", func(t *testing.T) {
+		dir := write(t, map[string]string{"antctl-linux-x86_64": "linux binary", "antctl-darwin-arm64": "mac binary"})
+		_, problems := checkAssets(dir, assets, verifier)
+		all := strings.Join(problems, "\n")
+		if !strings.Contains(all, "lists no antctl-windows-x86_64.exe") || !strings.Contains(all, "lists antctl-darwin-arm64, which the tag's") {
+			t.Errorf("problems %q", problems)
+		}
+	})
+}
+
+// keyPair writes a cosign key pair named name under dir.
+func keyPair(t *testing.T, dir, name string) (*sign.Signer, *sign.Verifier) {
+	t.Helper()
+	private, public, err := sign.GenerateKeyPair([]byte("pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, pub := filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+	os.WriteFile(key, private, 0o600)
+	os.WriteFile(pub, public, 0o644)
+	signer, err := sign.LoadKey(key, []byte("pass"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := sign.LoadPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer, verifier
+}
