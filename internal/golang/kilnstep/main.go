@@ -43,9 +43,86 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
+
+// progressEvery is how often a running go build says how far it got.
+var progressEvery = 15 * time.Second
+
+// reportProgress prints, every progressEvery until stop is closed, how many
+// packages the go build has compiled: the action folders (b001, b002...)
+// of its work folder under tmp, one for each package it compiles or binary
+// it links, kept until go exits (a package found in GOCACHE makes none).
+// After the first period it lists the build's packages once with list (go
+// list -deps), in the background, to name the total; a build that ends
+// sooner pays nothing for it.
+func reportProgress(w io.Writer, tmp string, list []string, stop <-chan struct{}) {
+	started := time.Now()
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	var total atomic.Int64
+	last := -1
+	for n := 0; ; n++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if n == 0 && len(list) > 0 {
+			go func() {
+				cmd := exec.Command(list[0], list[1:]...)
+				if out, err := cmd.Output(); err == nil {
+					total.Store(int64(bytes.Count(out, []byte("\n"))))
+				}
+			}()
+		}
+		done := actionsRun(tmp)
+		if done == last {
+			continue
+		}
+		last = done
+		elapsed := time.Since(started).Round(time.Second)
+		if t := total.Load(); t > 0 {
+			fmt.Fprintf(w, "go build: %d/%d packages compiled (the rest from the cache), %s\n", done, t, elapsed)
+		} else {
+			fmt.Fprintf(w, "go build: %d packages compiled, %s\n", done, elapsed)
+		}
+	}
+}
+
+// actionsRun counts the action folders of go's work folders under tmp.
+func actionsRun(tmp string) int {
+	works, _ := filepath.Glob(filepath.Join(tmp, "go-build*"))
+	var n int
+	for _, work := range works {
+		entries, _ := os.ReadDir(work)
+		for _, e := range entries {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "b") {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// listArgs is the go list command that names every package the go build
+// goArgs builds (GO build FLAGS... -o DIR PACKAGES...), with the flags
+// that choose them; nil when goArgs has another shape.
+func listArgs(goArgs []string) []string {
+	o := slices.Index(goArgs, "-o")
+	if len(goArgs) < 2 || goArgs[1] != "build" || o < 0 || o+2 > len(goArgs) {
+		return nil
+	}
+	list := []string{goArgs[0], "list", "-deps"}
+	for _, a := range goArgs[2:o] {
+		if strings.HasPrefix(a, "-tags=") || strings.HasPrefix(a, "-mod=") {
+			list = append(list, a)
+		}
+	}
+	return append(list, goArgs[o+2:]...)
+}
 
 // Spec says which go commands find the entries to snapshot.
 type Spec struct {
@@ -609,7 +686,28 @@ func gobuild(keep, out string, names, goArgs []string) error {
 		defer os.RemoveAll(work)
 		cmd.Env = append(os.Environ(), "GOTMPDIR="+work)
 	}
-	if err := cmd.Run(); err != nil {
+	tmp := os.TempDir()
+	if dir := os.Getenv("GOTMPDIR"); dir != "" {
+		tmp = dir
+	}
+	for _, kv := range cmd.Env {
+		if dir, ok := strings.CutPrefix(kv, "GOTMPDIR="); ok {
+			tmp = dir
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	stop := make(chan struct{})
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		reportProgress(os.Stderr, tmp, listArgs(goArgs), stop)
+	}()
+	err = cmd.Wait()
+	close(stop)
+	<-reported
+	if err != nil {
 		return err
 	}
 	// The binaries are copied side by side (a step builds a few): the

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -598,4 +599,72 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "2" {
 		t.Errorf("the relinked binary printed %q (%v), want 2", out, err)
 	}
+}
+
+// TestAGoBuildSaysHowManyPackagesItCompiled: while go runs, its work
+// folder's action folders are counted and, once go list has named the
+// build's packages, the line names the total.
+func TestAGoBuildSaysHowManyPackagesItCompiled(t *testing.T) {
+	defer func(was time.Duration) { progressEvery = was }(progressEvery)
+	progressEvery = 20 * time.Millisecond
+	tmp := t.TempDir()
+	work := filepath.Join(tmp, "go-build1234")
+	for _, b := range []string{"b001", "b002"} {
+		os.MkdirAll(filepath.Join(work, b), 0o755)
+	}
+	os.WriteFile(filepath.Join(work, "importcfg"), nil, 0o644) // not an action
+	var out safeBuffer
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		reportProgress(&out, tmp, []string{"sh", "-c", "printf 'a\\nb\\nc\\nd\\ne\\n'"}, stop)
+	}()
+	waitFor := func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q in the progress:\n%s", want, out.String())
+			}
+		}
+	}
+	waitFor("go build: 2 packages compiled")
+	// The total is known after the first period; a new action shows it.
+	time.Sleep(100 * time.Millisecond)
+	os.MkdirAll(filepath.Join(work, "b003"), 0o755)
+	waitFor("go build: 3/5 packages compiled")
+	close(stop)
+	<-done
+	if n := strings.Count(out.String(), "go build: 2 packages"); n != 1 {
+		t.Errorf("an unchanged count was printed %d times:\n%s", n, out.String())
+	}
+}
+
+func TestListArgsNameTheBuildsPackages(t *testing.T) {
+	got := listArgs([]string{"/go/bin/go", "build", "-trimpath", "-tags=netgo,osusergo", "-ldflags=-s -w", "-o", "/keep/", "./cmd/a", "./cmd/b"})
+	want := []string{"/go/bin/go", "list", "-deps", "-tags=netgo,osusergo", "./cmd/a", "./cmd/b"}
+	if !slices.Equal(got, want) {
+		t.Errorf("listArgs: %q, want %q", got, want)
+	}
+	if got := listArgs([]string{"/go/bin/go", "version"}); got != nil {
+		t.Errorf("listArgs of go version: %q", got)
+	}
+}
+
+// safeBuffer is a bytes.Buffer one goroutine writes and another reads.
+type safeBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *safeBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *safeBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
