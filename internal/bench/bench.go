@@ -70,6 +70,14 @@ type Scenario struct {
 	// PeakMemory is the largest resident memory of the build processes
 	// (for kiln: the daemon and its children); -1 if unreadable.
 	PeakMemory int64 `json:"peakMemory"`
+	// SystemMemory is the largest rise of the machine's used memory
+	// (MemTotal - MemAvailable) over a run, tmpfs included: the figure the
+	// memory target applies to. Tmpfs is what tmpfs held at that peak, and
+	// TmpfsMounts the build's tmpfs mounts then, by mount point. -1 if
+	// unreadable.
+	SystemMemory int64            `json:"systemMemory"`
+	Tmpfs        int64            `json:"tmpfs"`
+	TmpfsMounts  map[string]int64 `json:"tmpfsMounts,omitempty"`
 	// PeakByProcess is the largest resident memory of each process group
 	// (buildkitd, runc, go, compile, link, the kiln client, other); groups
 	// peak at different times.
@@ -341,8 +349,11 @@ func (r *runner) add(s Scenario, samples []sample) {
 	}
 	s.Median, s.Min, s.Max = stats(s.Runs)
 	cpus := []time.Duration{}
-	s.PeakMemory = -1
+	s.PeakMemory, s.SystemMemory, s.Tmpfs = -1, -1, -1
 	for _, x := range samples {
+		if x.System > s.SystemMemory {
+			s.SystemMemory, s.Tmpfs, s.TmpfsMounts = x.System, x.Tmpfs, x.TmpfsMounts
+		}
 		if x.CPU >= 0 {
 			cpus = append(cpus, x.CPU)
 		}
@@ -429,6 +440,7 @@ func (r *runner) nativeBuild(ctx context.Context) (sample, error) {
 		total.Wall += s.Wall
 		total.CPU += s.CPU
 		total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
+		total.addSystem(s)
 		total.Peaks = maxPeaks(total.Peaks, s.Peaks)
 	}
 	return total, nil
@@ -607,6 +619,7 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts session.Options) (sampl
 		return sample{}, nil, err
 	}
 	s := sample{Wall: wall, CPU: -1, PeakRSS: -1}
+	peak.system(&s)
 	for _, f := range out.Sent {
 		if rel, err := filepath.Rel(out.Dir, f); err == nil {
 			s.Sent = append(s.Sent, rel)
@@ -712,6 +725,8 @@ func (r *runner) cgo(ctx context.Context) error {
 			total.Wall += s.Wall
 			total.CPU += s.CPU
 			total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
+			total.addSystem(s)
+			total.addSystem(s)
 		}
 		return total, nil
 	}

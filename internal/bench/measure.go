@@ -22,6 +22,16 @@ type sample struct {
 	PeakRSS int64         // bytes; -1 when it cannot be read
 	// Peaks is the largest resident memory of each process group.
 	Peaks map[string]int64
+	// System is the machine's memory as a user feels it: the peak of used
+	// memory (MemTotal - MemAvailable) during the run, less what was used
+	// at its start; page cache the kernel can drop is not counted, tmpfs
+	// is. -1 when it cannot be read.
+	System int64
+	// Tmpfs is what tmpfs and shared memory (Shmem) held at that peak, over
+	// what they held at the start; TmpfsMounts splits the build's tmpfs
+	// mounts by mount point (each step's /tmp, summed over the steps).
+	Tmpfs       int64
+	TmpfsMounts map[string]int64
 	// CPUBy splits a kiln build's CPU: the daemon's own, the steps' (the
 	// daemon's reaped children) and the client's.
 	CPUBy map[string]time.Duration
@@ -61,9 +71,10 @@ func processGroup(comm string) string {
 }
 
 // treeRSS sums the resident memory of a process and its descendants, in
-// total and by process group.
-func treeRSS(pid int) (int64, map[string]int64) {
+// total and by process group; pids are the processes.
+func treeRSS(pid int) (int64, map[string]int64, []int) {
 	var total int64
+	var pids []int
 	groups := map[string]int64{}
 	seen := map[int]bool{}
 	var walk func(int)
@@ -72,6 +83,7 @@ func treeRSS(pid int) (int64, map[string]int64) {
 			return
 		}
 		seen[p] = true
+		pids = append(pids, p)
 		if comm, rss := processStat(p); rss > 0 {
 			total += rss
 			groups[processGroup(comm)] += rss
@@ -90,7 +102,7 @@ func treeRSS(pid int) (int64, map[string]int64) {
 		}
 	}
 	walk(pid)
-	return total, groups
+	return total, groups, pids
 }
 
 // pageSize is the unit of the resident set in /proc/PID/stat.
@@ -124,19 +136,28 @@ func procStat(pid int) (comm string, fields []string, ok bool) {
 
 // peakSampler records the largest treeRSS of a process while it runs, with
 // the largest of each process group; with client set, this process (kiln's
-// client, in process) counts too.
+// client, in process) counts too. It records the machine's used memory
+// too, with what tmpfs held at its peak.
 type peakSampler struct {
 	stop  chan struct{}
 	done  chan struct{}
 	mu    sync.Mutex
 	peak  int64
 	peaks map[string]int64
+	// The machine's used memory and Shmem at the start and at the peak of
+	// used memory, and the tmpfs mounts of the process tree then.
+	usedBase, shmemBase int64
+	usedPeak, shmemPeak int64
+	mountsPeak          map[string]int64
+	systemOK            bool
 }
 
 const sampleEvery = 100 * time.Millisecond
 
 func samplePeak(pid func() int, client bool) *peakSampler {
 	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{}), peaks: map[string]int64{}}
+	s.usedBase, s.shmemBase, s.systemOK = systemMemory()
+	s.usedPeak, s.shmemPeak = s.usedBase, s.shmemBase
 	go func() {
 		defer close(s.done)
 		// A sample of kiln's tree costs about 3 ms of CPU that the
@@ -144,8 +165,10 @@ func samplePeak(pid func() int, client bool) *peakSampler {
 		t := time.NewTicker(sampleEvery)
 		defer t.Stop()
 		for {
+			var pids []int
 			if p := pid(); p > 0 {
-				rss, groups := treeRSS(p)
+				rss, groups, tree := treeRSS(p)
+				pids = tree
 				if client {
 					_, groups[GroupClient] = processStat(os.Getpid())
 					rss += groups[GroupClient]
@@ -155,6 +178,12 @@ func samplePeak(pid func() int, client bool) *peakSampler {
 				for g, n := range groups {
 					s.peaks[g] = max(s.peaks[g], n)
 				}
+				s.mu.Unlock()
+			}
+			if used, shmem, ok := systemMemory(); ok && s.systemOK && used > s.usedPeak {
+				mounts := tmpfsMounts(pids)
+				s.mu.Lock()
+				s.usedPeak, s.shmemPeak, s.mountsPeak = used, shmem, mounts
 				s.mu.Unlock()
 			}
 			select {
@@ -176,6 +205,88 @@ func (s *peakSampler) Stop() (int64, map[string]int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.peak, s.peaks
+}
+
+// system fills in the machine's memory: the peak of used memory over the
+// start, and what tmpfs held then. Call after Stop.
+func (s *peakSampler) system(x *sample) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x.System, x.Tmpfs, x.TmpfsMounts = -1, -1, nil
+	if s.systemOK {
+		x.System, x.Tmpfs, x.TmpfsMounts = s.usedPeak-s.usedBase, max(s.shmemPeak-s.shmemBase, 0), s.mountsPeak
+	}
+}
+
+// addSystem keeps the larger machine memory peak of s and the sample's
+// (the runs of one scenario one after another).
+func (x *sample) addSystem(s sample) {
+	if x.System == 0 && x.Tmpfs == 0 && x.TmpfsMounts == nil || s.System > x.System {
+		x.System, x.Tmpfs, x.TmpfsMounts = s.System, s.Tmpfs, s.TmpfsMounts
+	}
+}
+
+// systemMemory is the machine's used memory (MemTotal - MemAvailable) and
+// its Shmem (tmpfs and shared memory), in bytes.
+func systemMemory() (used, shmem int64, ok bool) {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0, false
+	}
+	fields := map[string]int64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		name, value, found := strings.Cut(line, ":")
+		if !found {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		fields[name] = kb << 10
+	}
+	total, hasTotal := fields["MemTotal"]
+	available, hasAvailable := fields["MemAvailable"]
+	if !hasTotal || !hasAvailable {
+		return 0, 0, false
+	}
+	return total - available, fields["Shmem"], true
+}
+
+// tmpfsMounts is what the tmpfs mounts of the processes' mount namespaces
+// (BuildKit's steps) hold, by mount point, each namespace counted once;
+// /dev and the namespaces of this process are left out.
+func tmpfsMounts(pids []int) map[string]int64 {
+	own, _ := os.Readlink("/proc/self/ns/mnt")
+	seen := map[string]bool{own: true}
+	var mounts map[string]int64
+	for _, pid := range pids {
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+		if err != nil || seen[ns] {
+			continue
+		}
+		seen[ns] = true
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
+			pre, post, ok := strings.Cut(line, " - ")
+			f, g := strings.Fields(pre), strings.Fields(post)
+			if !ok || len(f) < 5 || len(g) < 1 || g[0] != "tmpfs" || f[4] == "/dev" || strings.HasPrefix(f[4], "/dev/") {
+				continue
+			}
+			var st syscall.Statfs_t
+			if syscall.Statfs(fmt.Sprintf("/proc/%d/root%s", pid, f[4]), &st) != nil {
+				continue
+			}
+			if used := int64(st.Blocks-st.Bfree) * st.Bsize; used > 0 {
+				if mounts == nil {
+					mounts = map[string]int64{}
+				}
+				mounts[f[4]] += used
+			}
+		}
+	}
+	return mounts
 }
 
 // clockTick is USER_HZ, 100 on every Linux this runs on.
@@ -235,6 +346,7 @@ func runCommand(ctx context.Context, dir string, env []string, name string, args
 		return sample{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
 	}
 	s := sample{Wall: wall, CPU: -1, PeakRSS: rss, Peaks: groups}
+	peak.system(&s)
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		s.PeakRSS = max(s.PeakRSS, ru.Maxrss<<10)

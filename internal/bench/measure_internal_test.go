@@ -67,7 +67,7 @@ func TestProcessStatAgreesWithStatus(t *testing.T) {
 	if own := selfCPU(); self < 100*time.Millisecond-20*time.Millisecond || self > own+20*time.Millisecond {
 		t.Errorf("this process's own CPU: %v; getrusage says %v, after spinning 100 ms of CPU", self, own)
 	}
-	if total, groups := treeRSS(os.Getpid()); total < rss || groups[GroupOther] < rss {
+	if total, groups, _ := treeRSS(os.Getpid()); total < rss || groups[GroupOther] < rss {
 		t.Errorf("this process's tree: %d bytes, groups %v; want the child's %d in it", total, groups, rss)
 	}
 }
@@ -94,5 +94,28 @@ func TestNeitherSideAlwaysRunsSecond(t *testing.T) {
 		if got := roundOrder(3, round); !slices.Equal(got, want) {
 			t.Errorf("round %d: order %v, want %v", round, got, want)
 		}
+	}
+}
+
+// TestSystemMemoryCountsTmpfs: 200 MiB written to a tmpfs file, which no
+// process holds resident, shows in the machine's used memory and Shmem.
+func TestSystemMemoryCountsTmpfs(t *testing.T) {
+	usedBefore, shmemBefore, ok := systemMemory()
+	if !ok {
+		t.Fatal("/proc/meminfo has no MemTotal or MemAvailable")
+	}
+	f, err := os.CreateTemp("/dev/shm", "kiln-bench-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(f.Name())
+	const size = 200 << 20
+	if _, err := f.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	used, shmem, _ := systemMemory()
+	if shmem-shmemBefore < size*3/4 || used-usedBefore < size/2 {
+		t.Errorf("after writing %d bytes to tmpfs: used memory rose %d, Shmem %d", size, used-usedBefore, shmem-shmemBefore)
 	}
 }
