@@ -741,7 +741,10 @@ func (g *Graph) goCommand(args []string, src llb.State, modules *llb.State, targ
 	}
 	opts = append(opts,
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
-		llb.AddMount("/tmp", llb.Scratch(), llb.Tmpfs()),
+		// go's work folder holds every package it compiles until it
+		// exits: on disk, as a native build's, not in a tmpfs, which is RAM
+		// the machine cannot reclaim.
+		llb.AddMount("/tmp", llb.Scratch()),
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName(name),
 	)

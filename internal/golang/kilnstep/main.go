@@ -672,13 +672,11 @@ func gobuild(keep, out string, names, goArgs []string) error {
 	if survivors > 0 && string(last) == run && os.Getenv("GOTMPDIR") == "" {
 		// go links into its work folder, then renames the binary into
 		// KEEP, or copies it where rename cannot cross mounts (the step's
-		// /tmp is a tmpfs): 57 MB copied on every relink of a large binary,
-		// and the copy to OUT then read it back (0.24 s against 0.03 s).
-		// The same go command as last time mostly finds its packages in
-		// GOCACHE and compiles what an edit reached. Any other keeps its
-		// objects in the tmpfs: on disk, a cold compile of 2,000 packages
-		// took 125 s against 117 s. (A pruned GOCACHE beside a kept KEEP
-		// compiles on disk: slower, the same bytes.)
+		// /tmp is a mount of its own): 57 MB copied on every relink of a
+		// large binary, and the copy to OUT then read it back (0.24 s
+		// against 0.03 s). The same go command as last time mostly finds
+		// its packages in GOCACHE and compiles what an edit reached; any
+		// other works in /tmp, which a failed build leaves nothing in.
 		work := filepath.Join(keep, goWork)
 		if err := os.Mkdir(work, 0o700); err != nil {
 			return err
