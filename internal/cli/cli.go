@@ -4,8 +4,12 @@
 package cli
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/magefile/mage/mg"
@@ -19,9 +23,28 @@ import (
 func Logging() {
 	logrus.SetOutput(os.Stderr)
 	logrus.SetLevel(logrus.WarnLevel)
+	logrus.SetFormatter(PlainFormatter{Levels: mg.Verbose()})
 	if mg.Verbose() {
 		logrus.SetLevel(logrus.InfoLevel)
 	}
+}
+
+// PlainFormatter prints a log record as one plain line, as go and buildx
+// print theirs: the message and its fields, the level only with Levels
+// (under -v), no time.
+type PlainFormatter struct{ Levels bool }
+
+func (f PlainFormatter) Format(e *logrus.Entry) ([]byte, error) {
+	var b bytes.Buffer
+	if f.Levels {
+		b.WriteString(e.Level.String() + ": ")
+	}
+	b.WriteString(strings.TrimRight(e.Message, "\n"))
+	for _, k := range slices.Sorted(maps.Keys(e.Data)) {
+		fmt.Fprintf(&b, " %s=%v", k, e.Data[k])
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
 }
 
 // Interrupted gives an error the exit code 130 when Ctrl-C (or mage -t)
