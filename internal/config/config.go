@@ -89,7 +89,8 @@ type Binary struct {
 	Go *GoEnv `yaml:"go"`
 }
 
-// Stamp names the package whose variables the linker stamps.
+// Stamp names the package whose variables the linker stamps; none is
+// stamped when both are empty (the version still labels images).
 type Stamp struct {
 	// Package is a shorthand: its Version, GitCommit and GitTreeState are
 	// stamped with version, commit and treeState.
@@ -376,9 +377,6 @@ func (c *Config) validate() error {
 		if _, err := ParseSize(c.Budgets[name]); err != nil {
 			return fieldErr(f, "budgets."+name, "%v", err)
 		}
-	}
-	if c.Stamp.Package == "" && len(c.Stamp.Variables) == 0 {
-		return fieldErr(f, "stamp", "missing; set stamp.package (its Version, GitCommit and GitTreeState are stamped) or stamp.variables")
 	}
 	for _, kv := range c.Stamp.StampVariables() {
 		name, value := kv[0], kv[1]

@@ -76,6 +76,18 @@ func TestLoadGood(t *testing.T) {
 	}
 }
 
+// TestARepositoryThatStampsNothingLoads: stamp is optional; without it
+// no variable is stamped.
+func TestARepositoryThatStampsNothingLoads(t *testing.T) {
+	c, err := Load(repo(t, map[string]string{File: strings.Replace(goodKiln, "stamp:\n  package: example.com/m/pkg/version\n", "", 1)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vars := c.Stamp.StampVariables(); len(vars) != 0 {
+		t.Errorf("stamp variables without a stamp section: %v", vars)
+	}
+}
+
 func TestLoadRepositoryConfig(t *testing.T) {
 	if _, err := Load("../.."); err != nil {
 		t.Fatalf("the repository's own configuration does not load: %v", err)
@@ -131,7 +143,6 @@ func TestLoadBadInput(t *testing.T) {
 		{"bad binary name", kiln("name: antrea-agent", "name: Antrea Agent"), []string{File, "binaries[1].name"}},
 		{"package outside module", kiln("package: ./cmd/antctl", "package: ../other"), []string{File, "binaries[0].package"}},
 		{"no binaries", kiln("binaries:\n  - name: antctl\n    package: ./cmd/antctl\n  - name: antrea-agent\n    package: ./cmd/antrea-agent\n", "binaries: []\n"), []string{File, "binaries", "missing"}},
-		{"no stamp package", kiln("package: example.com/m/pkg/version", `package: ""`), []string{File, "stamp.package"}},
 		{"bad cache id", kiln("gocache: kiln-gocache", "gocache: Kiln Cache"), []string{File, "cache.gocache"}},
 		{"same cache ids", kiln("gomodcache: kiln-gomodcache", "gomodcache: kiln-gocache"), []string{File, "cache.gomodcache"}},
 		{"bad repository", kiln("repository: antrea", "repository: Antrea!"), []string{File, "repository"}},
