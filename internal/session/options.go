@@ -97,9 +97,12 @@ func (o *Options) OutDirFor(root string) string {
 }
 
 func (o *Options) progress() (string, error) {
-	mode := o.Progress
-	if mode == "" {
-		mode = os.Getenv("KILN_PROGRESS")
+	mode, from := o.Progress, "-progress"
+	// BUILDKIT_PROGRESS as buildx reads it, below kiln's own.
+	for _, env := range []string{"KILN_PROGRESS", "BUILDKIT_PROGRESS"} {
+		if mode == "" {
+			mode, from = os.Getenv(env), env
+		}
 	}
 	if mode == "" {
 		return "auto", nil
@@ -109,7 +112,7 @@ func (o *Options) progress() (string, error) {
 			return mode, nil
 		}
 	}
-	return "", fmt.Errorf("progress mode %q is unknown (use one of %s via -progress or KILN_PROGRESS)", mode, strings.Join(buildkit.ProgressModes, ", "))
+	return "", fmt.Errorf("%s: progress mode %q is unknown (use one of %s)", from, mode, strings.Join(buildkit.ProgressModes, ", "))
 }
 
 // Plan loads and validates the configuration and resolves the plan, without
