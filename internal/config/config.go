@@ -194,8 +194,8 @@ type SetuidFile struct {
 	Reason string `yaml:"reason"`
 }
 
-// ImageFile is an extra file, or a folder of them, copied from the image
-// folder into the image. A folder's contents go under Dest, each file and
+// ImageFile is an extra file, or a folder of them, copied into the image
+// from the repository (Src is relative to the image folder). A folder's contents go under Dest, each file and
 // directory with Mode.
 type ImageFile struct {
 	Src  string `yaml:"src"`
@@ -683,18 +683,19 @@ func (img *Image) validate(c *Config, root string) error {
 	}
 	for i, file := range img.Files {
 		field := fmt.Sprintf("files[%d]", i)
-		if file.Src == "" || filepath.IsAbs(file.Src) || strings.HasPrefix(filepath.Clean(file.Src), "..") {
-			return fieldErr(f, field+".src", "%q must be a path inside %s", file.Src, img.Dir)
+		// Relative to the image folder, and anywhere in the repository:
+		// projects keep their scripts elsewhere (build/images/scripts/).
+		src := filepath.Join(root, img.Dir, file.Src)
+		if file.Src == "" || filepath.IsAbs(file.Src) || !within(root, src) {
+			return fieldErr(f, field+".src", "%q must be a path relative to %s that stays inside the repository", file.Src, img.Dir)
 		}
-		folder := filepath.Join(root, img.Dir)
-		src := filepath.Join(folder, file.Src)
 		fi, err := os.Stat(src)
 		if err != nil {
-			return fieldErr(f, field+".src", "%s/%s does not exist", img.Dir, file.Src)
+			return fieldErr(f, field+".src", "%s does not exist", path.Join(img.Dir, file.Src))
 		}
-		// A symlink may not lead out of the image folder either.
-		if real, err := filepath.EvalSymlinks(src); err != nil || !within(mustEval(folder), real) {
-			return fieldErr(f, field+".src", "%s/%s leads outside %s", img.Dir, file.Src, img.Dir)
+		// A symlink may not lead out of the repository either.
+		if real, err := filepath.EvalSymlinks(src); err != nil || !within(mustEval(root), real) {
+			return fieldErr(f, field+".src", "%s leads outside the repository", path.Join(img.Dir, file.Src))
 		}
 		if !strings.HasPrefix(file.Dest, "/") {
 			return fieldErr(f, field+".dest", "%q must be an absolute path in the image", file.Dest)

@@ -88,6 +88,34 @@ func TestARepositoryThatStampsNothingLoads(t *testing.T) {
 	}
 }
 
+// TestImageFilesComeFromAnywhereInTheRepository: files[].src is relative
+// to the image folder and may reach the repository's other folders; a
+// symlink there may not lead out of the repository.
+func TestImageFilesComeFromAnywhereInTheRepository(t *testing.T) {
+	files := map[string]string{
+		"images/antrea-agent/image.yaml": goodImage + "files:\n  - src: ../../build/images/scripts/\n    dest: /usr/local/bin/\n",
+		"build/images/scripts/start.sh":  "#!/bin/sh\n",
+	}
+	c, err := Load(repo(t, files))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := c.Images[0].Files[0]; !f.Dir || f.Src != "../../build/images/scripts/" {
+		t.Errorf("files[0] = %+v", f)
+	}
+	root := repo(t, files)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "secret"), []byte("x"), 0o600)
+	os.Remove(filepath.Join(root, "build/images/scripts/start.sh"))
+	if err := os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "build/images/scripts/start.sh")); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(root, "images/antrea-agent/image.yaml"), []byte(goodImage+"files:\n  - src: ../../build/images/scripts/start.sh\n    dest: /usr/local/bin/start.sh\n"), 0o644)
+	if _, err := Load(root); err == nil || !strings.Contains(err.Error(), "leads outside the repository") {
+		t.Errorf("a symlink out of the repository: %v", err)
+	}
+}
+
 func TestLoadRepositoryConfig(t *testing.T) {
 	if _, err := Load("../.."); err != nil {
 		t.Fatalf("the repository's own configuration does not load: %v", err)
@@ -155,7 +183,8 @@ func TestLoadBadInput(t *testing.T) {
 		{"relative workdir", image(goodImage + "workdir: app\n"), []string{img, "workdir", "absolute"}},
 		{"bad env name", image(goodImage + "env:\n  \"A B\": x\n"), []string{img, "env.A B"}},
 		{"missing extra file", image(goodImage + "files:\n  - src: nope.conf\n    dest: /etc/nope.conf\n"), []string{img, "files[0].src", "does not exist"}},
-		{"escaping extra file", image(goodImage + "files:\n  - src: ../../build/kiln.yaml\n    dest: /x\n"), []string{img, "files[0].src"}},
+		{"extra file outside the repository", image(goodImage + "files:\n  - src: ../../../etc/passwd\n    dest: /x\n"), []string{img, "files[0].src", "stays inside the repository"}},
+		{"absolute extra file", image(goodImage + "files:\n  - src: /etc/passwd\n    dest: /x\n"), []string{img, "files[0].src", "relative to images/antrea-agent"}},
 		{"bad file mode", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: /etc/a.conf\n    mode: rwx\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].mode"}},
 		{"relative file dest", map[string]string{img: goodImage + "files:\n  - src: a.conf\n    dest: etc/a.conf\n", "images/antrea-agent/a.conf": "x"}, []string{img, "files[0].dest"}},
 		{"root without a reason", image(goodImage + "user: root\n"), []string{img, "user", "rootReason"}},

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -172,7 +173,7 @@ func addContent(fa *llb.FileAction, img plan.Image, binaries map[string]llb.Stat
 	}
 	for _, f := range img.Files {
 		mode, _ := strconv.ParseUint(f.Mode, 8, 32) // validated by config
-		fa = fa.Copy(context, img.Dir+"/"+f.Src, f.Dest, &llb.CopyInfo{
+		fa = fa.Copy(context, path.Join(img.Dir, f.Src), f.Dest, &llb.CopyInfo{
 			Mode: &llb.ChmodOpt{Mode: os.FileMode(mode)}, ChownOpt: ownerOpt(), CreatedTime: &created, CreateDestPath: true,
 			CopyDirContentsOnly: f.Dir,
 		})
