@@ -83,7 +83,7 @@ func SBOM(image, platform, version string, created time.Time, binaries map[strin
 			RefA: common.MakeDocElementID("", string(a)), RefB: common.MakeDocElementID("", string(b)), Relationship: rel})
 	}
 	purl := func(path, v string) []*spdx.PackageExternalReference {
-		return []*spdx.PackageExternalReference{{Category: "PACKAGE-MANAGER", RefType: "purl", Locator: fmt.Sprintf("pkg:golang/%s@%s", path, v)}}
+		return []*spdx.PackageExternalReference{{Category: "PACKAGE-MANAGER", RefType: "purl", Locator: GoPURL(path, v)}}
 	}
 	for _, name := range names {
 		info, err := buildinfo.Read(bytes.NewReader(binaries[name]))

@@ -129,3 +129,18 @@ func TestReleaseAssetsOfThisRepository(t *testing.T) {
 		t.Errorf("release platforms %s", got)
 	}
 }
+
+// TestGoPURLsAreWrittenAsOtherToolsWriteThem: the package-url library's
+// encoding, "+incompatible" included.
+func TestGoPURLsAreWrittenAsOtherToolsWriteThem(t *testing.T) {
+	for path, want := range map[string]string{
+		"github.com/docker/cli@v29.8.2+incompatible": "pkg:golang/github.com/docker/cli@v29.8.2%2Bincompatible",
+		"golang.org/x/net@v0.60.0":                   "pkg:golang/golang.org/x/net@v0.60.0",
+		"stdlib@go1.26.8":                            "pkg:golang/stdlib@go1.26.8",
+	} {
+		p, v, _ := strings.Cut(path, "@")
+		if got := GoPURL(p, v); got != want {
+			t.Errorf("GoPURL(%q, %q) = %q, want %q", p, v, got, want)
+		}
+	}
+}

@@ -70,7 +70,7 @@ func loadSigner(p *plan.Plan) (*sign.Signer, error) {
 func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []in_toto.Subject) ([]byte, error) {
 	deps := []slsa1.ResourceDescriptor{
 		{URI: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: common.DigestSet{"gitCommit": p.Stamp.Commit}},
-		{URI: "pkg:golang/golang.org/toolchain@" + p.Toolchain.Module, Digest: common.DigestSet{"sha256": p.Toolchain.SHA256}},
+		{URI: image.GoPURL("golang.org/toolchain", p.Toolchain.Module), Digest: common.DigestSet{"sha256": p.Toolchain.SHA256}},
 	}
 	if img.Base != "" {
 		if named, err := reference.ParseNormalizedNamed(img.Base); err == nil {
@@ -86,7 +86,7 @@ func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subje
 	}
 	for _, m := range p.Modules {
 		path, version, _ := strings.Cut(m, "@")
-		deps = append(deps, slsa1.ResourceDescriptor{URI: "pkg:golang/" + path + "@" + version})
+		deps = append(deps, slsa1.ResourceDescriptor{URI: image.GoPURL(path, version)})
 	}
 	st := in_toto.ProvenanceStatementSLSA1{
 		StatementHeader: in_toto.StatementHeader{Type: in_toto.StatementInTotoV1, PredicateType: slsa1.PredicateSLSAProvenance, Subject: subjects},
