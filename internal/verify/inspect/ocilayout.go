@@ -3,7 +3,6 @@ package inspect
 import (
 	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -149,11 +149,15 @@ func LayoutFromBlobs(path string, blobs map[string][]byte) (*Layout, error) {
 	return l, nil
 }
 
+// readLayer lists a layer's files, whatever its compression: a base image
+// may carry gzip, zstd or uncompressed layers (containerd's
+// DecompressStream tells them by their first bytes).
 func readLayer(data []byte) ([]File, error) {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	zr, err := compression.DecompressStream(bytes.NewReader(data))
 	if err != nil {
 		return nil, err
 	}
+	defer zr.Close()
 	var files []File
 	tr := tar.NewReader(zr)
 	for {
