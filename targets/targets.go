@@ -45,12 +45,14 @@ import (
 //	                                     a shared layer cache (default: kiln.yaml cache.to/from)
 //	-gocacheto, -gocachefrom=HOST/REPO   publish or seed from a Go build cache snapshot
 //	-rebuild                             build even when the tarballs are up to date
+//	-metadata=FILE                       write what was made as JSON: each image's
+//	                                     reference, index and platform digests, path
 //
 // A tarball made from the same inputs (every file the go command reads, the
 // toolchain, stamps, flags, modules, image.yaml and its files, the build
 // graph, kiln itself) is kept as it is: builds are reproducible, so building
 // it again would write the same bytes.
-func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool) error {
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool, metadata *string) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.Images, o.Rebuild = cli.List(images), cli.Bool(rebuild)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
@@ -70,6 +72,14 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 		fmt.Fprintf(os.Stderr, "up to date, not rebuilt (no input changed since they were written; -rebuild builds anyway): %s\n", strings.Join(kept, ", "))
 	}
 	printGoCache(outcome.GoCache)
+	if cli.Str(metadata) != "" {
+		if err := outcome.WithManifests(); err != nil {
+			return err
+		}
+		if err := cli.WriteMetadata(cli.Str(metadata), map[string]any{"images": outcome.Images}); err != nil {
+			return err
+		}
+	}
 	if cli.Bool(explain) {
 		fmt.Println()
 		explainWrite(outcome.Explanations)
@@ -316,7 +326,10 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //	                        (recorded in the summary and the provenance); by
 //	                        default a release reads no cache and every step
 //	                        re-runs, on an empty Go cache of its own
-func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool) error {
+//	-metadata=FILE          write the release summary as JSON: version, commit,
+//	                        images with index and platform digests, assets
+//	                        with their sha256
+func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool, metadata *string) error {
 	o := cli.Options(nil, nil, progress)
 	r := publish.ReleaseOptions{
 		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify)},
@@ -346,5 +359,5 @@ func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify 
 		}
 		fmt.Printf("  mage release:verify %s\n", sum.Version)
 	}
-	return nil
+	return cli.WriteMetadata(cli.Str(metadata), sum)
 }

@@ -15,6 +15,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/modfixture"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
@@ -202,11 +203,31 @@ source: https://example.com/antrea
 	if out := run("plan"); !strings.Contains(out, "example.com/antrea/pkg/version.ReleaseStatus=unreleased") || !strings.Contains(out, "golang.org/x/mod@v0.41.0") {
 		t.Fatalf("mage plan:\n%s", out)
 	}
-	images := run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
+	metadata := filepath.Join(t.TempDir(), "out", "images.json")
+	images := run("images", "-platforms=linux/amd64,linux/arm64", "-progress=quiet", "-metadata="+metadata)
 	agentTar := filepath.Join(repo, "_output", "images", "antrea-agent.oci.tar")
 	layout, err := inspect.ReadLayout(agentTar)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, images)
+	}
+	// -metadata names what was made, as the layout has it.
+	var made struct{ Images []session.ImageResult }
+	if data, err := os.ReadFile(metadata); err != nil || json.Unmarshal(data, &made) != nil {
+		t.Fatalf("-metadata wrote %s: %v", metadata, err)
+	}
+	var agentMade *session.ImageResult
+	for i, img := range made.Images {
+		if img.Name == "antrea-agent" {
+			agentMade = &made.Images[i]
+		}
+	}
+	if agentMade == nil || agentMade.Digest != layout.IndexDigest || agentMade.Path != agentTar || len(agentMade.Manifests) != len(layout.Manifests) || !strings.Contains(images, agentMade.Digest) {
+		t.Fatalf("-metadata says %+v; the layout's index is %s with %d manifests", made.Images, layout.IndexDigest, len(layout.Manifests))
+	}
+	for i, m := range layout.Manifests {
+		if agentMade.Manifests[i].Platform != m.Platform || agentMade.Manifests[i].Digest != m.Digest {
+			t.Errorf("-metadata's manifest %d: %+v; the layout has %s %s", i, agentMade.Manifests[i], m.Platform, m.Digest)
+		}
 	}
 	for _, m := range layout.Manifests {
 		for _, f := range []string{"etc/os-release", "bin/busybox", "usr/local/bin/antrea-agent", "usr/local/bin/start_ovs", "usr/local/bin/install_cni"} {

@@ -6,7 +6,9 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"slices"
@@ -15,6 +17,7 @@ import (
 	"github.com/magefile/mage/mg"
 	"github.com/sirupsen/logrus"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
 )
@@ -27,6 +30,23 @@ func Logging() {
 	if mg.Verbose() {
 		logrus.SetLevel(logrus.InfoLevel)
 	}
+}
+
+// WriteMetadata writes what a target made as JSON to path (-metadata), whole
+// or not at all, as buildx's --metadata-file and goreleaser's
+// artifacts.json do for theirs.
+func WriteMetadata(path string, v any) error {
+	if path == "" {
+		return nil
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(append(data, '\n')); return err }); err != nil {
+		return fmt.Errorf("-metadata=%s: %w", path, err)
+	}
+	return nil
 }
 
 // PlainFormatter prints a log record as one plain line, as go and buildx

@@ -8,9 +8,12 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/moby/buildkit/client"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
 // RegistryEnv names the registry to push to when no flag does.
@@ -32,6 +35,9 @@ type PushResult struct {
 	Name   string   `json:"name"`
 	Refs   []string `json:"refs"`
 	Digest string   `json:"digest"`
+	// Platforms are the index's platform manifests, as the registry has
+	// them.
+	Platforms []inspect.PlatformDigest `json:"platforms,omitempty"`
 }
 
 // Push builds every image and pushes it, all platforms in one index, tagged
@@ -84,8 +90,18 @@ func push(ctx context.Context, s *session.Session, registry string, skipTLSVerif
 	if err != nil {
 		return nil, explainPush(err, registry)
 	}
+	_, loopback, _ := buildkit.RegistryHost(registry)
+	resolver := buildkit.Resolver(loopback, skipTLSVerify, buildkit.Credentials())
 	for i := range results {
 		results[i].Digest = out.Results[i].Digest
+		repo := registry + "/" + s.Plan.Repository + "/" + results[i].Name
+		manifests, err := platformManifests(ctx, resolver, repo, digest.Digest(results[i].Digest))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range manifests {
+			results[i].Platforms = append(results[i].Platforms, inspect.PlatformDigest{Platform: config.FormatPlatform(*m.Platform), Digest: m.Digest.String()})
+		}
 	}
 	return results, nil
 }

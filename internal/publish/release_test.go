@@ -149,6 +149,12 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The summary (release -metadata) names each image's platform manifests.
+	for _, img := range first.Images {
+		if len(img.Platforms) != 2 || img.Platforms[1].Platform != "linux/arm/v7" || !strings.HasPrefix(img.Platforms[0].Digest, "sha256:") {
+			t.Errorf("%s: the summary's platforms %+v", img.Name, img.Platforms)
+		}
+	}
 	sums, err := os.ReadFile(filepath.Join(first.AssetsDir, "SHA256SUMS"))
 	if err != nil {
 		t.Fatal(err)

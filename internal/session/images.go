@@ -31,6 +31,21 @@ type ImageResult struct {
 	// Kept is true when the tarball written before was made from the same
 	// inputs, so the image was neither built nor exported.
 	Kept bool `json:"kept,omitempty"`
+	// Manifests are the platform manifests of the index, when asked for
+	// (WithManifests).
+	Manifests []inspect.PlatformDigest `json:"manifests,omitempty"`
+}
+
+// WithManifests reads each image's platform manifests from its tarball.
+func (o *ImagesOutcome) WithManifests() error {
+	for i, r := range o.Images {
+		m, err := inspect.IndexManifests(r.Path)
+		if err != nil {
+			return err
+		}
+		o.Images[i].Manifests = m
+	}
+	return nil
 }
 
 // ImagesOutcome is what Images built and which steps ran.

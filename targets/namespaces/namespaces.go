@@ -87,8 +87,8 @@ func (Images) Smoke(ctx context.Context, address *string, namespace *string, pla
 //	-skiptlsverify          let BuildKit use plain HTTP and skip certificate
 //	                        checks for this registry (registry.insecure); a
 //	                        loopback registry needs no flag
-//	-platforms, -stamp, -progress, -cacheto, -cachefrom as for images
-func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string) error {
+//	-platforms, -stamp, -progress, -cacheto, -cachefrom, -metadata as for images
+func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
 	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify)})
@@ -98,7 +98,7 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 	for _, r := range results {
 		fmt.Printf("%s\t%s\n", strings.Join(r.Refs, ","), r.Digest)
 	}
-	return nil
+	return cli.WriteMetadata(cli.Str(metadata), map[string]any{"images": results})
 }
 
 // Pins every image's base to the digest its tag names now.

@@ -178,3 +178,51 @@ func readLayer(data []byte) ([]File, error) {
 		files = append(files, f)
 	}
 }
+
+// PlatformDigest is one platform's manifest in an image index.
+type PlatformDigest struct {
+	Platform string `json:"platform"`
+	Digest   string `json:"digest"`
+}
+
+// IndexManifests lists the platform manifests of the one image index in
+// the OCI layout tarball at path, in index order. It keeps only index.json
+// and the small blobs, so a large image costs a read of the file.
+func IndexManifests(path string) ([]PlatformDigest, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	small := map[string][]byte{}
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		name := strings.TrimPrefix(h.Name, "./")
+		if h.Typeflag != tar.TypeReg || h.Size > 1<<20 || name != "index.json" && !strings.HasPrefix(name, "blobs/sha256/") {
+			continue
+		}
+		if small[name], err = io.ReadAll(tr); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	var layout, index ocispec.Index
+	if err := json.Unmarshal(small["index.json"], &layout); err != nil || len(layout.Manifests) != 1 {
+		return nil, fmt.Errorf("%s: not an OCI layout of one image index", path)
+	}
+	if err := json.Unmarshal(small["blobs/sha256/"+layout.Manifests[0].Digest.Encoded()], &index); err != nil {
+		return nil, fmt.Errorf("%s: the image index %s: %v", path, layout.Manifests[0].Digest, err)
+	}
+	var out []PlatformDigest
+	for _, m := range index.Manifests {
+		if m.Platform != nil {
+			out = append(out, PlatformDigest{Platform: platforms.Format(*m.Platform), Digest: m.Digest.String()})
+		}
+	}
+	return out, nil
+}
