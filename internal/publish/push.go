@@ -28,6 +28,10 @@ type PushOptions struct {
 	// SkipTLSVerify sets BuildKit's registry.insecure: plain HTTP allowed
 	// and certificates not checked. Loopback registries need no flag.
 	SkipTLSVerify bool
+	// ReadBack reads each pushed index back with kiln's own registry
+	// client for its platform manifests (-metadata). A registry whose CA
+	// only the daemon's configuration names cannot be read back.
+	ReadBack bool
 }
 
 // PushResult is one pushed image.
@@ -36,7 +40,7 @@ type PushResult struct {
 	Refs   []string `json:"refs"`
 	Digest string   `json:"digest"`
 	// Platforms are the index's platform manifests, as the registry has
-	// them.
+	// them (read back only when asked: PushOptions.ReadBack, a release).
 	Platforms []inspect.PlatformDigest `json:"platforms,omitempty"`
 }
 
@@ -52,10 +56,10 @@ func Push(ctx context.Context, opts session.Options, popts PushOptions) ([]PushR
 		return nil, err
 	}
 	defer s.Close()
-	return push(ctx, s, registry, popts.SkipTLSVerify, popts.Latest)
+	return push(ctx, s, registry, popts.SkipTLSVerify, popts.Latest, popts.ReadBack)
 }
 
-func push(ctx context.Context, s *session.Session, registry string, skipTLSVerify, latest bool) ([]PushResult, error) {
+func push(ctx context.Context, s *session.Session, registry string, skipTLSVerify, latest, readBack bool) ([]PushResult, error) {
 	s.UseRegistry(registry + "/" + s.Plan.Repository)
 	tags := []string{s.Plan.Stamp.Version}
 	if latest {
@@ -94,6 +98,9 @@ func push(ctx context.Context, s *session.Session, registry string, skipTLSVerif
 	resolver := buildkit.Resolver(loopback, skipTLSVerify, buildkit.Credentials())
 	for i := range results {
 		results[i].Digest = out.Results[i].Digest
+		if !readBack {
+			continue
+		}
 		repo := registry + "/" + s.Plan.Repository + "/" + results[i].Name
 		manifests, err := platformManifests(ctx, resolver, repo, digest.Digest(results[i].Digest))
 		if err != nil {

@@ -132,7 +132,8 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 			return nil, err
 		}
 	}
-	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest)
+	// Read back: signing reads the registry with kiln's client anyway.
+	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest, true)
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func (Images) Smoke(ctx context.Context, address *string, namespace *string, pla
 func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
-	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify)})
+	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), ReadBack: cli.Str(metadata) != ""})
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
