@@ -71,27 +71,37 @@ func (m *Manifest) File(path string) (File, bool) {
 
 // ReadLayout reads and parses an OCI layout tarball.
 func ReadLayout(path string) (*Layout, error) {
+	blobs, err := readTar(path, func(*tar.Header) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	return LayoutFromBlobs(path, blobs)
+}
+
+// readTar holds the entries of the tarball at path that keep accepts, by
+// name.
+func readTar(path string, keep func(*tar.Header) bool) (map[string][]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	blobs := map[string][]byte{}
+	entries := map[string][]byte{}
 	tr := tar.NewReader(f)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return entries, nil
 		} else if err != nil {
 			return nil, fmt.Errorf("%s: not an OCI layout tarball: %w", path, err)
 		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
+		if !keep(h) {
+			continue
+		}
+		if entries[h.Name], err = io.ReadAll(tr); err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
-		blobs[h.Name] = data
 	}
-	return LayoutFromBlobs(path, blobs)
 }
 
 // LayoutFromBlobs reads an OCI layout held in memory: "index.json" and
@@ -189,27 +199,15 @@ type PlatformDigest struct {
 // the OCI layout tarball at path, in index order. It keeps only index.json
 // and the small blobs, so a large image costs a read of the file.
 func IndexManifests(path string) ([]PlatformDigest, error) {
-	f, err := os.Open(path)
+	small, err := readTar(path, func(h *tar.Header) bool {
+		name := strings.TrimPrefix(h.Name, "./")
+		return h.Typeflag == tar.TypeReg && h.Size <= 1<<20 && (name == "index.json" || strings.HasPrefix(name, "blobs/sha256/"))
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	small := map[string][]byte{}
-	tr := tar.NewReader(f)
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		name := strings.TrimPrefix(h.Name, "./")
-		if h.Typeflag != tar.TypeReg || h.Size > 1<<20 || name != "index.json" && !strings.HasPrefix(name, "blobs/sha256/") {
-			continue
-		}
-		if small[name], err = io.ReadAll(tr); err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
+	for name, data := range small {
+		small[strings.TrimPrefix(name, "./")] = data
 	}
 	var layout, index ocispec.Index
 	if err := json.Unmarshal(small["index.json"], &layout); err != nil || len(layout.Manifests) != 1 {
