@@ -37,6 +37,10 @@ const (
 	VendorStep = "[go] vendor/"
 )
 
+// GoTmpCacheID names the cache mount the go steps' /tmp is: go's work
+// folders, which go removes when it exits.
+const GoTmpCacheID = "kiln-go-tmp"
+
 // IsolatedCachePrefix begins the cache mount id of an isolated rebuild's
 // Go build cache (verify:repro, release:verify): a random suffix follows.
 const IsolatedCachePrefix = "kiln-repro-gocache-"
@@ -743,8 +747,9 @@ func (g *Graph) goCommand(args []string, src llb.State, modules *llb.State, targ
 		llb.AddMount(goCache, llb.Scratch(), llb.AsPersistentCacheDir(g.Plan.Cache.GoCache, llb.CacheMountShared)),
 		// go's work folder holds every package it compiles until it
 		// exits: on disk, as a native build's, not in a tmpfs, which is RAM
-		// the machine cannot reclaim.
-		llb.AddMount("/tmp", llb.Scratch()),
+		// the machine cannot reclaim. A cache mount, private to the step
+		// while it runs: nothing of it is committed as a result.
+		llb.AddMount("/tmp", llb.Scratch(), llb.AsPersistentCacheDir(GoTmpCacheID, llb.CacheMountPrivate)),
 		llb.Network(llb.NetModeNone),
 		llb.WithCustomName(name),
 	)

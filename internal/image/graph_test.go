@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/session"
@@ -160,15 +161,22 @@ func TestCompileStepsHaveNoNetworkAndSharedCacheMounts(t *testing.T) {
 			if m.MountType == pb.MountType_CACHE {
 				caches = append(caches, m.Dest+"="+m.CacheOpt.ID)
 				// The kept binaries are written by one go build at a time;
-				// the CPU tokens are taken by all at once.
+				// the CPU tokens are taken by all at once; each step has a
+				// /tmp of its own.
 				shared := m.Dest == "/root/.cache/go-build" || m.Dest == "/kiln/cpus"
-				if want := pb.CacheSharingOpt_SHARED; shared && m.CacheOpt.Sharing != want ||
-					!shared && m.CacheOpt.Sharing != pb.CacheSharingOpt_LOCKED {
+				want := pb.CacheSharingOpt_LOCKED
+				switch {
+				case shared:
+					want = pb.CacheSharingOpt_SHARED
+				case m.Dest == "/tmp":
+					want = pb.CacheSharingOpt_PRIVATE
+				}
+				if m.CacheOpt.Sharing != want {
 					t.Errorf("%s: cache %s is shared as %v", s.name, m.CacheOpt.ID, m.CacheOpt.Sharing)
 				}
 			}
 		}
-		want := []string{"/root/.cache/go-build=" + p.Cache.GoCache}
+		want := []string{"/root/.cache/go-build=" + p.Cache.GoCache, "/tmp=" + golang.GoTmpCacheID}
 		if strings.HasSuffix(s.name, "] standard library") {
 			// It links nothing, so it keeps no binaries.
 			want = append([]string{"/kiln/cpus=kiln-cpu-tokens"}, want...)

@@ -96,7 +96,7 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 
 // keptKind says what Prune keeps of a record unless told to remove
 // everything: all Go cache mounts (but an isolated rebuild's, left by an
-// interrupted run), which make the next cold build fast, and all the local
+// interrupted run, and the go steps' /tmp), which make the next cold build fast, and all the local
 // sources' transfer state, so the next build sends only what changed of the
 // toolchain (135 MB) and the repository (kindAll); and the last used module
 // layer, which would otherwise be copied again from the module cache and
@@ -110,6 +110,9 @@ func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 	switch {
 	case u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, `with id "`+golang.IsolatedCachePrefix):
 		// An isolated rebuild's Go cache that an interrupted run left.
+		return "", false
+	case u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, `with id "`+golang.GoTmpCacheID+`"`):
+		// go's work folders, which only a killed go leaves there.
 		return "", false
 	case u.RecordType == client.UsageRecordTypeCacheMount, u.RecordType == client.UsageRecordTypeLocalSource:
 		return string(u.RecordType), false

@@ -15,6 +15,7 @@ func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToo
 	usage := []*client.UsageInfo{
 		{ID: "gocache", RecordType: client.UsageRecordTypeCacheMount, Description: "cached mount /root/.cache/go-build from exec"},
 		{ID: "left-by-an-isolated-rebuild", RecordType: client.UsageRecordTypeCacheMount, Description: `cached mount /root/.cache/go-build from exec go build with id "` + golang.IsolatedCachePrefix + `0123456789abcdef"`},
+		{ID: "go-tmp", RecordType: client.UsageRecordTypeCacheMount, Description: `cached mount /tmp from exec go build with id "` + golang.GoTmpCacheID + `"`},
 		{ID: "context", RecordType: client.UsageRecordTypeLocalSource, Description: "local source for context"},
 		{ID: "old-modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v1", LastUsedAt: at(1)},
 		{ID: "modules", RecordType: client.UsageRecordTypeRegular, Description: "mount /go/pkg/mod from exec /usr/local/go/bin/go mod download a@v2", LastUsedAt: at(5)},
@@ -28,7 +29,7 @@ func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToo
 	}
 	got := unkept(usage)
 	slices.Sort(got)
-	if want := []string{"go-build", "image-layer", "left-by-an-isolated-rebuild", "old-modules", "old-toolchain"}; !slices.Equal(got, want) {
+	if want := []string{"go-build", "go-tmp", "image-layer", "left-by-an-isolated-rebuild", "old-modules", "old-toolchain"}; !slices.Equal(got, want) {
 		t.Errorf("pruned %v, want %v", got, want)
 	}
 }
