@@ -195,11 +195,8 @@ func writeSystemMemory(w io.Writer, scenarios []Scenario) {
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: | --- |")
 	for _, s := range rows {
 		native, over := "-", "-"
-		for _, b := range scenarios {
-			if b.Name == s.Baseline && b.SystemMemory >= 0 {
-				native = bytesOrNA(b.SystemMemory)
-				over = signedBytes(s.SystemMemory - b.SystemMemory)
-			}
+		if b, ok := baselineOf(scenarios, s); ok && b.SystemMemory >= 0 {
+			native, over = bytesOrNA(b.SystemMemory), signedBytes(s.SystemMemory-b.SystemMemory)
 		}
 		var mounts []string
 		for _, m := range slices.Sorted(maps.Keys(s.TmpfsMounts)) {
@@ -207,6 +204,16 @@ func writeSystemMemory(w io.Writer, scenarios []Scenario) {
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", s.Name, bytesOrNA(s.SystemMemory), native, over, bytesOrNA(s.Tmpfs), strings.Join(mounts, ", "))
 	}
+}
+
+// baselineOf is the native scenario s is measured against.
+func baselineOf(scenarios []Scenario, s Scenario) (Scenario, bool) {
+	for _, b := range scenarios {
+		if b.Name == s.Baseline {
+			return b, true
+		}
+	}
+	return Scenario{}, false
 }
 
 // signedBytes is a difference of sizes with its sign.
@@ -260,10 +267,8 @@ func writeCPUBreakdown(w io.Writer, scenarios []Scenario) {
 	fmt.Fprintln(w, "| --- | ---: | ---: | ---: | ---: |")
 	for _, s := range rows {
 		base := "-"
-		for _, b := range scenarios {
-			if b.Name == s.Baseline && b.CPU >= 0 {
-				base = secs(b.CPU)
-			}
+		if b, ok := baselineOf(scenarios, s); ok && b.CPU >= 0 {
+			base = secs(b.CPU)
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", s.Name, secs(s.CPUByProcess[CPUDaemon]), secs(s.CPUByProcess[CPUSteps]), secs(s.CPUByProcess[CPUClient]), base)
 	}
