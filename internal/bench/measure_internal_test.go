@@ -97,25 +97,43 @@ func TestNeitherSideAlwaysRunsSecond(t *testing.T) {
 	}
 }
 
-// TestSystemMemoryCountsTmpfs: 200 MiB written to a tmpfs file, which no
-// process holds resident, shows in the machine's used memory and Shmem.
+// TestSystemMemoryCountsTmpfs: 2 GiB in a tmpfs file, which no process
+// holds resident, shows in Shmem and in the machine's used memory: its
+// removal frees it. The kernel folds its per-CPU counters into
+// /proc/meminfo about once a second, so each reading waits for that; other
+// processes (the other packages' tests) move used memory too, and under a
+// concurrent build only 60-75% of a freed GiB showed, so half is asked
+// for, and a try in which something else moved it is made again.
 func TestSystemMemoryCountsTmpfs(t *testing.T) {
-	usedBefore, shmemBefore, ok := systemMemory()
-	if !ok {
-		t.Fatal("/proc/meminfo has no MemTotal or MemAvailable")
+	const size = 2 << 30
+	var tries []string
+	for range 5 {
+		f, err := os.CreateTemp("/dev/shm", "kiln-bench-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.Write(make([]byte, size))
+		f.Close()
+		if err != nil {
+			os.Remove(f.Name())
+			t.Fatal(err)
+		}
+		time.Sleep(meminfoSettles)
+		used, shmem, ok := systemMemory()
+		os.Remove(f.Name())
+		time.Sleep(meminfoSettles)
+		usedAfter, shmemAfter, _ := systemMemory()
+		if !ok {
+			t.Fatal("/proc/meminfo has no MemTotal or MemAvailable")
+		}
+		if shmem-shmemAfter >= size*3/4 && used-usedAfter >= size/2 {
+			return
+		}
+		tries = append(tries, fmt.Sprintf("used %d, Shmem %d", used-usedAfter, shmem-shmemAfter))
 	}
-	f, err := os.CreateTemp("/dev/shm", "kiln-bench-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.Remove(f.Name())
-	const size = 200 << 20
-	if _, err := f.Write(make([]byte, size)); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	used, shmem, _ := systemMemory()
-	if shmem-shmemBefore < size*3/4 || used-usedBefore < size/2 {
-		t.Errorf("after writing %d bytes to tmpfs: used memory rose %d, Shmem %d", size, used-usedBefore, shmem-shmemBefore)
-	}
+	t.Errorf("removing %d bytes of tmpfs freed, in five tries: %v", size, tries)
 }
+
+// meminfoSettles is how long /proc/meminfo takes to show a change: the
+// kernel's vmstat interval is one second.
+const meminfoSettles = 1500 * time.Millisecond
