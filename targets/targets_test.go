@@ -157,8 +157,12 @@ source: https://example.com/antrea
 			"files:\n  - {src: scripts/, dest: /usr/local/bin/, mode: \"0755\"}\n",
 		"images/antrea-agent/scripts/start_ovs":   "#!/bin/sh\necho ovs started\n",
 		"images/antrea-agent/scripts/install_cni": "#!/bin/sh\necho cni installed\n",
-		"images/antrea-controller/image.yaml":     "binaries: [antrea-controller, antctl]\nentrypoint: [/usr/local/bin/antrea-controller]\n",
-		".gitignore":                              "_output/\nmagefiles/mage_output_file.go\n",
+		// A base per platform, each an image of its own, as projects
+		// publish base-ubuntu-amd64 and base-ubuntu-arm64.
+		"images/antrea-controller/image.yaml": "binaries: [antrea-controller, antctl]\nentrypoint: [/usr/local/bin/antrea-controller]\nuser: \"65532:65532\"\n" +
+			"setuid:\n  - {path: /bin/busybox, reason: the base's busybox mounts host paths}\n" +
+			"bases:\n  linux/amd64: " + platformBase(t, reg, base, "linux/amd64") + "\n  linux/arm64: " + platformBase(t, reg, base, "linux/arm64") + "\n",
+		".gitignore": "_output/\nmagefiles/mage_output_file.go\n",
 	})
 	adopt(t, repo, "example.com/antrea")
 	tidy(t, repo)
@@ -251,11 +255,73 @@ source: https://example.com/antrea
 			t.Errorf("%s: the agent image's layers under kiln's are %v, the base's %v", m.Platform, layers, want)
 		}
 	}
+	controllerTar := filepath.Join(repo, "_output", "images", "antrea-controller.oci.tar")
+	controller, err := inspect.ReadLayout(controllerTar)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range controller.Manifests {
+		var layers []string
+		for _, l := range m.Manifest.Layers[:len(m.Manifest.Layers)-1] {
+			layers = append(layers, l.Digest.String())
+		}
+		if want := baseLayers(t, reg, base, m.Platform); !slices.Equal(layers, want) || m.Config.Config.User != "65532:65532" {
+			t.Errorf("%s: the controller image's layers under kiln's are %v, its platform's base's %v; user %q", m.Platform, layers, want, m.Config.Config.User)
+		}
+	}
 	if out := run("verify"); !strings.Contains(out, "root, allowed: the agent programs the host") || !strings.Contains(out, "/bin/busybox setuid, allowed: the base's busybox") {
 		t.Errorf("mage verify does not report the allowed root:\n%s", out)
 	}
 	if out := run("release", "-dryrun", "-registry="+reg.Addr); !strings.Contains(out, "release v2.3.0") || !strings.Contains(out, reg.Addr+"/antrea/antrea-agent:v2.3.0") {
 		t.Errorf("mage release -dryrun:\n%s", out)
+	}
+
+	// images:resolve pins the manifests that name the images to what it
+	// pushed, and leaves every other byte.
+	deploy := filepath.Join(t.TempDir(), "deploy")
+	manifests := map[string]string{
+		"agent.yaml": "# the agent\napiVersion: apps/v1\nkind: DaemonSet\nspec:\n  template:\n    spec:\n      containers:\n" +
+			"        - name: agent\n          image: antrea/antrea-agent:latest   # pinned by kiln\n        - name: side\n          image: busybox:1.36\n" +
+			"---\napiVersion: apps/v1\nkind: Deployment\nspec:\n  template:\n    spec:\n      containers:\n      - {name: controller, image: \"antrea/antrea-controller\"}\n",
+		"chart/values.yaml": "controller:\n  image:\n    repository: antrea/antrea-controller\n    tag: latest\n",
+		"README.md":         "image: antrea/antrea-agent\n",
+	}
+	modfixture.Write(t, deploy, manifests)
+	modfixture.Write(t, filepath.Join(deploy, "..", "broken"), map[string]string{"a.yaml": "image: [antrea/antrea-agent\n"})
+	if out, err := mage(t, repo, "images:resolve", "-f="+filepath.Join(deploy, "..", "broken"), "-registry="+reg.Addr); err == nil || !strings.Contains(out, "a.yaml") || !strings.Contains(out, "line 2") {
+		t.Errorf("images:resolve of a broken manifest: %v\n%s", err, out)
+	}
+	resolvedDir := filepath.Join(repo, "_output", "resolved")
+	if _, err := os.Stat(resolvedDir); err == nil {
+		t.Errorf("images:resolve of a broken manifest wrote %s", resolvedDir)
+	}
+	resolved := run("images:resolve", "-f="+deploy, "-registry="+reg.Addr, "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
+	pushedDigest := map[string]string{}
+	for _, line := range strings.Split(resolved, "\n") {
+		if refs, dgst, ok := strings.Cut(line, "\t"); ok && strings.HasPrefix(dgst, "sha256:") {
+			name, _, _ := strings.Cut(strings.TrimPrefix(refs, reg.Addr+"/"), ":")
+			pushedDigest[name] = dgst
+			// The registry serves that index under the pushed tag.
+			if tagged, _, _, err := reg.Manifest(name, refs[strings.LastIndex(refs, ":")+1:]); err != nil || tagged != dgst {
+				t.Errorf("the registry serves %s as %s (%v); images:resolve pinned %s", refs, tagged, err, dgst)
+			}
+		}
+	}
+	agentRef := reg.Addr + "/antrea/antrea-agent@" + pushedDigest["antrea/antrea-agent"]
+	controllerRef := reg.Addr + "/antrea/antrea-controller@" + pushedDigest["antrea/antrea-controller"]
+	want := map[string]string{
+		"agent.yaml": strings.Replace(strings.Replace(manifests["agent.yaml"], "antrea/antrea-agent:latest", agentRef, 1), "\"antrea/antrea-controller\"", "\""+controllerRef+"\"", 1),
+		"chart/values.yaml": "controller:\n  image:\n    repository: " + reg.Addr + "/antrea/antrea-controller\n    tag: " +
+			controllerRef[strings.LastIndex(controllerRef, "@")-0:][0:0] + strings.TrimPrefix(resolvedTag(resolved, "antrea-controller"), "") + "@" + pushedDigest["antrea/antrea-controller"] + "\n",
+	}
+	for rel, content := range want {
+		got, err := os.ReadFile(filepath.Join(resolvedDir, rel))
+		if err != nil || string(got) != content || len(pushedDigest) != 2 {
+			t.Errorf("images:resolve wrote %s:\n%s\nwant:\n%s\n(%v; output:\n%s)", rel, got, content, err, resolved)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(resolvedDir, "README.md")); err == nil {
+		t.Error("images:resolve copied a file that is not YAML")
 	}
 
 	run("images", "-platforms=linux/amd64", "-stamp", "-progress=quiet")
@@ -499,12 +565,11 @@ func Hello() error {
 }
 `
 
-// baseLayers are the layer digests of the base image (a digest-pinned
-// reference in reg) for one platform.
-func baseLayers(t *testing.T, reg *testdaemon.Registry, base, platform string) []string {
+// platformBase is the base's image for one platform, by its own digest.
+func platformBase(t *testing.T, reg *testdaemon.Registry, base, platform string) string {
 	t.Helper()
 	name, dgst, _ := strings.Cut(strings.TrimPrefix(base, reg.Addr+"/"), "@")
-	name, _, _ = strings.Cut(name, ":") // the tag
+	name, _, _ = strings.Cut(name, ":")
 	_, _, body, err := reg.Manifest(name, dgst)
 	if err != nil {
 		t.Fatal(err)
@@ -514,25 +579,43 @@ func baseLayers(t *testing.T, reg *testdaemon.Registry, base, platform string) [
 		t.Fatal(err)
 	}
 	for _, d := range index.Manifests {
-		if d.Platform == nil || d.Platform.OS+"/"+d.Platform.Architecture != platform {
-			continue
+		if d.Platform != nil && d.Platform.OS+"/"+d.Platform.Architecture == platform {
+			return reg.Addr + "/" + name + "@" + d.Digest.String()
 		}
-		_, _, body, err := reg.Manifest(name, d.Digest.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var m ocispec.Manifest
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, l := range m.Layers {
-			out = append(out, l.Digest.String())
-		}
-		return out
 	}
 	t.Fatalf("the base %s has no %s manifest", base, platform)
-	return nil
+	return ""
+}
+
+// resolvedTag is the tag images:resolve printed it pushed the image as.
+func resolvedTag(out, image string) string {
+	for _, line := range strings.Split(out, "\n") {
+		refs, _, _ := strings.Cut(line, "\t")
+		if strings.Contains(refs, "/"+image+":") {
+			return refs[strings.LastIndex(refs, ":")+1:]
+		}
+	}
+	return ""
+}
+
+// baseLayers are the layer digests of the base image (a digest-pinned
+// reference in reg) for one platform.
+func baseLayers(t *testing.T, reg *testdaemon.Registry, base, platform string) []string {
+	t.Helper()
+	name, dgst, _ := strings.Cut(strings.TrimPrefix(platformBase(t, reg, base, platform), reg.Addr+"/"), "@")
+	_, _, body, err := reg.Manifest(name, dgst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range m.Layers {
+		out = append(out, l.Digest.String())
+	}
+	return out
 }
 
 // digestsOf are the index digests mage images printed, one per image.

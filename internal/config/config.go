@@ -183,6 +183,10 @@ type Image struct {
 	// inherits its env, entrypoint, args, user, workdir and labels unless
 	// image.yaml sets them.
 	Base string `yaml:"base"`
+	// Bases names a base per platform instead (FORMAT linux/arm64: REF),
+	// for bases published one image per architecture; each pinned by
+	// digest, one for every platform of the image.
+	Bases map[string]string `yaml:"bases"`
 
 	Name string `yaml:"-"` // the folder's name
 	Dir  string `yaml:"-"` // the folder, relative to the repository root
@@ -625,13 +629,13 @@ func (img *Image) validate(c *Config, root string) error {
 			return fieldErr(f, "base", "%v", err)
 		}
 	}
-	if len(img.Entrypoint) == 0 && img.Base == "" {
+	if len(img.Entrypoint) == 0 && !img.HasBase() {
 		return fieldErr(f, "entrypoint", "missing; e.g. [/usr/local/bin/%s]", img.Binaries[0])
 	}
 	if len(img.Entrypoint) > 0 && !strings.HasPrefix(img.Entrypoint[0], "/") {
 		return fieldErr(f, "entrypoint[0]", "%q must be an absolute path (images have no shell or PATH lookup guarantees)", img.Entrypoint[0])
 	}
-	if img.User == "" && img.Base == "" {
+	if img.User == "" && !img.HasBase() {
 		img.User = DefaultUser
 	}
 	if img.User == "root" {
@@ -661,7 +665,10 @@ func (img *Image) validate(c *Config, root string) error {
 			return fieldErr(f, fmt.Sprintf("platforms[%d]", i), "%s is not among the platforms of %s (%s); an image can only narrow them", FormatPlatform(p), File, strings.Join(c.Platforms, ", "))
 		}
 	}
-	if img.Workdir == "" && img.Base == "" {
+	if err := img.validateBases(c, f); err != nil {
+		return err
+	}
+	if img.Workdir == "" && !img.HasBase() {
 		img.Workdir = "/"
 	}
 	if img.Workdir != "" && !strings.HasPrefix(img.Workdir, "/") {
@@ -735,6 +742,76 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// validateBases checks bases: one pinned reference for each platform of
+// the image, under the platform's canonical name, and no base beside it.
+func (img *Image) validateBases(c *Config, f string) error {
+	if len(img.Bases) == 0 {
+		img.Bases = nil
+		return nil
+	}
+	if img.Base != "" {
+		return fieldErr(f, "bases", "set beside base; name one base for all platforms (base) or one per platform (bases), not both")
+	}
+	platforms := img.Platforms
+	if len(platforms) == 0 {
+		platforms = c.Platforms
+	}
+	var want []string
+	for _, p := range platforms {
+		parsed, _ := ParsePlatform(p) // validated above
+		want = append(want, FormatPlatform(parsed))
+	}
+	bases := map[string]string{}
+	for _, key := range sortedKeys(img.Bases) {
+		p, err := ParsePlatform(key)
+		if err != nil {
+			return fieldErr(f, "bases."+key, "%v", err)
+		}
+		id := FormatPlatform(p)
+		if !slices.Contains(want, id) {
+			return fieldErr(f, "bases."+key, "%s is not a platform of this image (%s)", id, strings.Join(want, ", "))
+		}
+		if _, dup := bases[id]; dup {
+			return fieldErr(f, "bases."+key, "%s is named twice", id)
+		}
+		if err := checkBase(img.Bases[key]); err != nil {
+			return fieldErr(f, "bases."+key, "%v", err)
+		}
+		bases[id] = img.Bases[key]
+	}
+	for _, id := range want {
+		if bases[id] == "" {
+			return fieldErr(f, "bases", "no base for %s; name one for every platform of the image (%s), or narrow its platforms", id, strings.Join(want, ", "))
+		}
+	}
+	img.Bases = bases
+	return nil
+}
+
+// HasBase tells whether the image is built on a base rather than scratch.
+func (img *Image) HasBase() bool { return img.Base != "" || len(img.Bases) > 0 }
+
+// BaseFor is the base of the image for the platform; "" on scratch.
+func (img *Image) BaseFor(p ocispec.Platform) string {
+	if img.Base != "" {
+		return img.Base
+	}
+	return img.Bases[FormatPlatform(p)]
+}
+
+// AllBases lists the image's bases: the one, or each platform's in the
+// order of the platforms' names.
+func (img *Image) AllBases() []string {
+	if img.Base != "" {
+		return []string{img.Base}
+	}
+	var out []string
+	for _, id := range sortedKeys(img.Bases) {
+		out = append(out, img.Bases[id])
+	}
+	return out
 }
 
 // checkBase accepts a base image reference pinned by digest.

@@ -199,6 +199,11 @@ func TestLoadBadInput(t *testing.T) {
 		{"unknown stamp value", kiln("package: example.com/m/pkg/version", "package: example.com/m/pkg/version\n  variables:\n    example.com/m/pkg/version.GitSHA: sha"), []string{File, "stamp.variables.example.com/m/pkg/version.GitSHA", `unknown value "sha"`, "shortCommit"}},
 		{"stamp variable without a name", kiln("package: example.com/m/pkg/version", "package: example.com/m/pkg/version\n  variables:\n    example.com/m/pkg/version: version"), []string{File, "stamp.variables", "<import path>.<Name>"}},
 		{"bad image folder name", map[string]string{"images/Bad_Name/image.yaml": goodImage}, []string{"images/Bad_Name", "image name"}},
+		{"bases beside base", image(goodImage + "base: r.example/b@" + pin + "\nbases:\n  linux/amd64: r.example/b-amd64@" + pin + "\n  linux/arm64: r.example/b-arm64@" + pin + "\n"), []string{img, "bases", "not both"}},
+		{"bases missing a platform", image(goodImage + "bases:\n  linux/amd64: r.example/b-amd64@" + pin + "\n"), []string{img, "bases", "no base for linux/arm64"}},
+		{"base for a platform the image lacks", image(goodImage + "platforms: [linux/amd64]\nbases:\n  linux/amd64: r.example/b-amd64@" + pin + "\n  linux/arm64: r.example/b-arm64@" + pin + "\n"), []string{img, "bases.linux/arm64", "not a platform of this image (linux/amd64)"}},
+		{"per-platform base by tag", image(goodImage + "bases:\n  linux/amd64: r.example/b-amd64@" + pin + "\n  linux/arm64: r.example/b-arm64:1\n"), []string{img, "bases.linux/arm64", "not pinned by digest", "images:pin"}},
+		{"per-platform base on a bad platform", image(goodImage + "bases:\n  linux: r.example/b@" + pin + "\n"), []string{img, "bases.linux"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -275,6 +280,31 @@ func TestParsePlatformRefusesVariantsGoCannotTarget(t *testing.T) {
 	}
 	if _, err := ParsePlatform("linux/arm64/v9"); err == nil || !strings.Contains(err.Error(), "v8 only") {
 		t.Errorf("linux/arm64/v9 gave %v, want it refused", err)
+	}
+}
+
+const pin = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+// Bases published one image per architecture, as a real project's
+// Dockerfiles name them.
+func TestABasePerPlatform(t *testing.T) {
+	c, err := Load(repo(t, map[string]string{"images/antrea-agent/image.yaml": goodImage +
+		"bases:\n  linux/arm64/v8: r.example/base-ubuntu-arm64@" + pin + "\n  linux/amd64: r.example/base-ubuntu-amd64@" + pin + "\n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := c.Images[0]
+	arm64, _ := ParsePlatform("linux/arm64")
+	amd64, _ := ParsePlatform("linux/amd64")
+	if !img.HasBase() || img.BaseFor(arm64) != "r.example/base-ubuntu-arm64@"+pin || img.BaseFor(amd64) != "r.example/base-ubuntu-amd64@"+pin {
+		t.Errorf("bases %v", img.Bases)
+	}
+	if got := img.AllBases(); len(got) != 2 || got[0] != "r.example/base-ubuntu-amd64@"+pin {
+		t.Errorf("AllBases %v", got)
+	}
+	// A base image runs as its own user: kiln sets none.
+	if img.User != "" || img.Workdir != "" {
+		t.Errorf("user %q workdir %q on a base", img.User, img.Workdir)
 	}
 }
 

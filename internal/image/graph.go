@@ -359,21 +359,22 @@ func ownDigest(op *pb.Op) string {
 
 // baseConfig reads the base image's config for the platform; nil on scratch.
 func baseConfig(ctx context.Context, c gateway.Client, img plan.Image, target ocispec.Platform) (*ocispec.Image, error) {
-	if img.Base == "" {
+	ref := img.BaseFor(target)
+	if ref == "" {
 		return nil, nil
 	}
-	_, _, dt, err := c.ResolveImageConfig(ctx, img.Base, sourceresolver.Opt{ImageOpt: &sourceresolver.ResolveImageOpt{Platform: &target}})
+	_, _, dt, err := c.ResolveImageConfig(ctx, ref, sourceresolver.Opt{ImageOpt: &sourceresolver.ResolveImageOpt{Platform: &target}})
 	if err != nil {
 		return nil, fmt.Errorf("%s/%s: base %s for %s: %w; check that the registry is reachable with your Docker credentials and that the base has this platform (or narrow the image's platforms)",
-			img.Dir, config.ImageYAML, img.Base, config.FormatPlatform(target), err)
+			img.Dir, config.ImageYAML, ref, config.FormatPlatform(target), err)
 	}
 	var base ocispec.Image
 	if err := json.Unmarshal(dt, &base); err != nil {
-		return nil, fmt.Errorf("base %s for %s: config: %w", img.Base, config.FormatPlatform(target), err)
+		return nil, fmt.Errorf("base %s for %s: config: %w", ref, config.FormatPlatform(target), err)
 	}
 	if base.OS != target.OS || base.Architecture != target.Architecture {
 		return nil, fmt.Errorf("%s/%s: base %s has no %s image (it gave %s/%s); narrow the image's platforms or pick a base that has it",
-			img.Dir, config.ImageYAML, img.Base, config.FormatPlatform(target), base.OS, base.Architecture)
+			img.Dir, config.ImageYAML, ref, config.FormatPlatform(target), base.OS, base.Architecture)
 	}
 	return &base, nil
 }

@@ -36,7 +36,7 @@ func AssembleStepName(image string, target ocispec.Platform) string {
 // Rootfs assembles the image for one platform. binaries maps a binary name
 // to the state holding it at /<name>; context holds the image folder files.
 func Rootfs(img plan.Image, target ocispec.Platform, binaries map[string]llb.State, context llb.State, created time.Time) llb.State {
-	if img.Base != "" {
+	if img.HasBase() {
 		return onBase(img, target, binaries, context, created)
 	}
 	root := 0
@@ -185,7 +185,8 @@ func addContent(fa *llb.FileAction, img plan.Image, binaries map[string]llb.Stat
 // one layer over the base's, which keep their digests. The base's user
 // database and /tmp are its own.
 func onBase(img plan.Image, target ocispec.Platform, binaries map[string]llb.State, context llb.State, created time.Time) llb.State {
-	base := llb.Image(img.Base, llb.Platform(target), llb.WithCustomNamef("[%s %s] base %s", img.Name, config.FormatPlatform(target), img.Base))
+	ref := img.BaseFor(target)
+	base := llb.Image(ref, llb.Platform(target), llb.WithCustomNamef("[%s %s] base %s", img.Name, config.FormatPlatform(target), ref))
 	fa := llb.Mkdir(BinDir, 0o755, llb.WithParents(true), llb.WithUIDGID(0, 0), llb.WithCreatedTime(created))
 	fa = addContent(fa, img, binaries, context, created)
 	return base.File(fa, llb.WithCustomName(AssembleStepName(img.Name, target)), llb.ProgressGroup(img.Name, "image "+img.Name, false))

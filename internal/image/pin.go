@@ -1,13 +1,11 @@
 package image
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/distribution/reference"
 	"go.yaml.in/yaml/v3"
@@ -15,18 +13,18 @@ import (
 	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/yamlref"
 )
 
 // Pinned is one base reference images:pin wrote.
 type Pinned struct {
-	File, From, To string
+	File, Field, From, To string
 }
 
-var baseLine = regexp.MustCompile(`(?m)^base:[ \t]*(\S+)[ \t]*$`)
-
-// PinBases resolves every image's base tag (of the repository at root) to the digest the registry
-// serves now and writes it into image.yaml, so the build no longer moves
-// with the tag. Bases pinned already are left alone.
+// PinBases resolves every image's base tags (of the repository at root),
+// base and each of bases, to the digest the registry serves now and writes
+// it into image.yaml, so the build no longer moves with the tag. Bases
+// pinned already are left alone, and so is every other byte of the file.
 func PinBases(ctx context.Context, root string) ([]Pinned, error) {
 	files, err := filepath.Glob(filepath.Join(root, config.ImagesDir, "*", config.ImageYAML))
 	if err != nil {
@@ -39,41 +37,62 @@ func PinBases(ctx context.Context, root string) ([]Pinned, error) {
 		if err != nil {
 			return nil, err
 		}
-		var doc struct {
-			Base string `yaml:"base"`
-		}
-		if err := yaml.Unmarshal(data, &doc); err != nil {
+		docs, err := yamlref.Documents(data)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", rel, err)
 		}
-		if doc.Base == "" {
+		if len(docs) == 0 || len(docs[0].Content) == 0 {
 			continue
 		}
-		named, err := reference.ParseNormalizedNamed(doc.Base)
-		if err != nil {
-			return nil, fmt.Errorf("%s: base: %q: %w", rel, doc.Base, err)
+		type field struct {
+			name string
+			node *yaml.Node
 		}
-		if _, ok := named.(reference.Digested); ok {
+		var fields []field
+		top := docs[0].Content[0]
+		if n := yamlref.Lookup(top, "base"); n != nil {
+			fields = append(fields, field{"base", n})
+		}
+		if bases := yamlref.Lookup(top, "bases"); bases != nil && bases.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(bases.Content); i += 2 {
+				fields = append(fields, field{"bases." + bases.Content[i].Value, bases.Content[i+1]})
+			}
+		}
+		var reps []yamlref.Replacement
+		for _, f := range fields {
+			if f.node.Kind != yaml.ScalarNode || f.node.Value == "" {
+				continue
+			}
+			named, err := reference.ParseNormalizedNamed(f.node.Value)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: %q: %w", rel, f.name, f.node.Value, err)
+			}
+			if _, ok := named.(reference.Digested); ok {
+				continue
+			}
+			named = reference.TagNameOnly(named)
+			_, loopback, _ := buildkit.RegistryHost(reference.Domain(named))
+			_, desc, err := buildkit.Resolver(loopback, false, buildkit.Credentials()).Resolve(ctx, named.String())
+			if err != nil {
+				return nil, fmt.Errorf("%s: %s: resolve %s: %w; check the registry %s and your Docker credentials (DOCKER_CONFIG)", rel, f.name, named, err, reference.Domain(named))
+			}
+			pinned, err := reference.WithDigest(named, desc.Digest)
+			if err != nil {
+				return nil, err
+			}
+			reps = append(reps, yamlref.Replacement{Node: f.node, Value: reference.FamiliarString(pinned)})
+			out = append(out, Pinned{File: rel, Field: f.name, From: f.node.Value, To: reference.FamiliarString(pinned)})
+		}
+		if len(reps) == 0 {
 			continue
 		}
-		named = reference.TagNameOnly(named)
-		_, loopback, _ := buildkit.RegistryHost(reference.Domain(named))
-		_, desc, err := buildkit.Resolver(loopback, false, buildkit.Credentials()).Resolve(ctx, named.String())
+		data, err = yamlref.Apply(data, reps)
 		if err != nil {
-			return nil, fmt.Errorf("%s: base: resolve %s: %w; check the registry %s and your Docker credentials (DOCKER_CONFIG)", rel, named, err, reference.Domain(named))
+			return nil, fmt.Errorf("%s: %w; pin it by hand", rel, err)
 		}
-		pinned, err := reference.WithDigest(named, desc.Digest)
-		if err != nil {
-			return nil, err
-		}
-		m := baseLine.FindSubmatchIndex(data)
-		if m == nil {
-			return nil, fmt.Errorf("%s: base: not on a line of its own (base: REF); pin it by hand: %s", rel, reference.FamiliarString(pinned))
-		}
-		data = append(append(bytes.Clone(data[:m[2]]), []byte(reference.FamiliarString(pinned))...), data[m[3]:]...)
 		if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
 			return nil, err
 		}
-		out = append(out, Pinned{File: rel, From: doc.Base, To: reference.FamiliarString(pinned)})
 	}
 	return out, nil
 }

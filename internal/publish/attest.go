@@ -72,8 +72,8 @@ func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subje
 		{URI: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: common.DigestSet{"gitCommit": p.Stamp.Commit}},
 		{URI: image.GoPURL("golang.org/toolchain", p.Toolchain.Module), Digest: common.DigestSet{"sha256": p.Toolchain.SHA256}},
 	}
-	if img.Base != "" {
-		if named, err := reference.ParseNormalizedNamed(img.Base); err == nil {
+	for _, base := range img.AllBases() {
+		if named, err := reference.ParseNormalizedNamed(base); err == nil {
 			if d, ok := named.(reference.Digested); ok {
 				deps = append(deps, slsa1.ResourceDescriptor{URI: "oci://" + named.Name(), Digest: common.DigestSet{d.Digest().Algorithm().String(): d.Digest().Encoded()}})
 			}

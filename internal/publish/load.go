@@ -81,7 +81,7 @@ func Load(ctx context.Context, opts session.Options, lopts LoadOptions) ([]LoadR
 			Name:          img.Name,
 			Build:         s.Build(img),
 			FrontendAttrs: map[string]string{"platform": strings.Join(img.PlatformIDs(), ",")},
-			Export: client.ExportEntry{Type: client.ExporterOCI, Attrs: s.ExporterAttrs(img.Ref, img.Base != ""),
+			Export: client.ExportEntry{Type: client.ExporterOCI, Attrs: s.ExporterAttrs(img.Ref, img.HasBase()),
 				Output: func(map[string]string) (io.WriteCloser, error) { return pw, nil }},
 		})
 	}

@@ -76,7 +76,7 @@ func push(ctx context.Context, s *session.Session, registry string, skipTLSVerif
 			}
 			refs = append(refs, ref)
 		}
-		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","), img.Base != "")
+		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","), img.HasBase())
 		exportAttrs["push"] = "true"
 		if skipTLSVerify {
 			exportAttrs["registry.insecure"] = "true"

@@ -147,7 +147,7 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 	for i, img := range s.Plan.Images {
 		dest := inspect.ImagePath(dir, img.Name)
 		out.Images[i] = ImageResult{Name: img.Name, Ref: img.Ref, Path: dest, Platforms: img.PlatformIDs()}
-		attrs := s.ExporterAttrs(img.Ref, img.Base != "")
+		attrs := s.ExporterAttrs(img.Ref, img.HasBase())
 		keys[i], _ = uptodate.OutputKey("image", img.Name, inputs, assembleSteps(img), append(configsOf(s.Plan, img),
 			"oci "+fmt.Sprint(attrs), "platforms "+strings.Join(img.PlatformIDs(), ","))...)
 		if r, ok := done.Current("image "+img.Name, keys[i]); ok && s.mayReuse(opts) && r.Files[dest] != (uptodate.Stat{}) {

@@ -318,8 +318,8 @@ func (pr *Prepared) Start(ctx context.Context) (*Session, error) {
 		}
 	}
 	for _, img := range s.Plan.Images {
-		if img.Base != "" {
-			s.UseRegistry(img.Base)
+		for _, base := range img.AllBases() {
+			s.UseRegistry(base)
 		}
 	}
 	if s.goCacheMax == 0 && req.cfg.Cache.GoCacheMax != "" {

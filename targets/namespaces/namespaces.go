@@ -101,6 +101,36 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 	return cli.WriteMetadata(cli.Str(metadata), map[string]any{"images": results})
 }
 
+// Pushes every image and pins the manifests that name them to its digest.
+//
+// As ko resolve: every YAML file under -f (Kubernetes manifests, Helm values)
+// is written to -o with each reference to one of the repository's images
+// (REPO/IMAGE, any registry, tag or digest) replaced by the pushed
+// <registry>/<repository>/<image>@sha256:…; Helm values' repository and tag
+// (or digest) are pinned together. Every other byte stays as it was.
+//
+//	-f=DIR_OR_FILE          the manifests (.yaml, .yml)
+//	-o=DIR                  where the pinned files go (default _output/resolved)
+//	-registry, -latest, -skiptlsverify, -platforms, -stamp, -progress,
+//	-cacheto, -cachefrom    as for images:push
+//	-metadata=FILE          write the pushed images and written files as JSON
+func (Images) Resolve(ctx context.Context, f *string, o *string, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
+	opts := cli.Options(platforms, stamp, progress)
+	opts.CacheTo, opts.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
+	popts := publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), ReadBack: cli.Str(metadata) != ""}
+	out, err := publish.Resolve(ctx, opts, popts, publish.ResolveOptions{From: cli.Str(f), Out: cli.Str(o)})
+	if err != nil {
+		return cli.Interrupted(ctx, err)
+	}
+	for _, r := range out.Images {
+		fmt.Printf("%s\t%s\n", strings.Join(r.Refs, ","), r.Digest)
+	}
+	for _, file := range out.Files {
+		fmt.Printf("%s\t%d reference(s) pinned\n", file.Path, file.References)
+	}
+	return cli.WriteMetadata(cli.Str(metadata), out)
+}
+
 // Pins every image's base to the digest its tag names now.
 //
 // Writes REGISTRY/NAME:TAG@sha256:… into each image.yaml whose base has no
@@ -119,7 +149,7 @@ func (Images) Pin(ctx context.Context) error {
 		fmt.Println("every base is pinned by digest already")
 	}
 	for _, p := range pinned {
-		fmt.Printf("%s\tbase %s\n\t-> %s\n", p.File, p.From, p.To)
+		fmt.Printf("%s\t%s %s\n\t-> %s\n", p.File, p.Field, p.From, p.To)
 	}
 	return nil
 }

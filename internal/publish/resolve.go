@@ -1,0 +1,157 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/kiln-build/kiln/internal/atomicfile"
+	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/yamlref"
+)
+
+// ResolveOptions say which manifests to pin and where they go.
+type ResolveOptions struct {
+	// From is a YAML file or a folder of them (*.yaml, *.yml, searched
+	// through).
+	From string
+	// Out is the folder the pinned files are written to, in their paths
+	// under From; it is replaced as a whole.
+	Out string
+}
+
+// Resolved is the outcome of images:resolve.
+type Resolved struct {
+	Images []PushResult `json:"images"`
+	// Files are the written files, each with how many references it pins.
+	Files []ResolvedFile `json:"files"`
+}
+
+// ResolvedFile is one written manifest.
+type ResolvedFile struct {
+	Path       string `json:"path"`
+	References int    `json:"references"`
+}
+
+// Resolve pushes every image, as Push does, and writes the manifests under
+// ropts.From with every reference to one of them pinned to the digest
+// pushed (yamlref.Resolve says which scalars those are). The manifests
+// are read and parsed before anything is built, and nothing is written
+// unless every file could be pinned.
+func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts ResolveOptions) (*Resolved, error) {
+	inputs, err := manifestFiles(ropts.From)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := opts.Config()
+	if err != nil {
+		return nil, err
+	}
+	if ropts.Out == "" {
+		root, err := opts.RootDir()
+		if err != nil {
+			return nil, err
+		}
+		ropts.Out = filepath.Join(opts.OutDirFor(root), "resolved")
+	}
+	for _, in := range inputs {
+		if _, _, err := yamlref.Resolve(in.data, nil); err != nil {
+			return nil, fmt.Errorf("-f: %s: %w", in.path, err)
+		}
+	}
+	results, err := Push(ctx, opts, popts)
+	if err != nil {
+		return nil, err
+	}
+	if len(results) == 0 {
+		return nil, fmt.Errorf("no image was pushed, so no reference can be pinned; add images under images/")
+	}
+	images := map[string]yamlref.Pushed{}
+	for _, r := range results {
+		ref := r.Refs[0]
+		i := strings.LastIndex(ref, ":")
+		images[cfg.Repository+"/"+r.Name] = yamlref.Pushed{Name: ref[:i], Tag: ref[i+1:], Digest: r.Digest}
+	}
+	tmp, err := atomicfile.Temp(ropts.Out, true)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	out := &Resolved{Images: results}
+	total := 0
+	for _, in := range inputs {
+		data, n, err := yamlref.Resolve(in.data, images)
+		if err != nil {
+			return nil, fmt.Errorf("-f: %s: %w", in.path, err)
+		}
+		dest := filepath.Join(tmp, in.rel)
+		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(dest, data, 0o644); err != nil {
+			return nil, err
+		}
+		total += n
+		out.Files = append(out.Files, ResolvedFile{Path: filepath.Join(ropts.Out, in.rel), References: n})
+	}
+	if total == 0 {
+		names := slices.Sorted(maps.Keys(images))
+		return nil, fmt.Errorf("-f %s: no reference to %s in %d file(s); write the image as REPO/IMAGE[:TAG] (e.g. image: %s) where it should be pinned",
+			ropts.From, strings.Join(names, ", "), len(inputs), names[0])
+	}
+	if err := atomicfile.Replace(tmp, ropts.Out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+type manifestFile struct {
+	path, rel string
+	data      []byte
+}
+
+// manifestFiles reads the file, or the YAML files under the folder.
+func manifestFiles(from string) ([]manifestFile, error) {
+	if from == "" {
+		return nil, fmt.Errorf("-f: missing; give a YAML file or a folder of them (Kubernetes manifests, Helm values)")
+	}
+	fi, err := os.Stat(from)
+	if err != nil {
+		return nil, fmt.Errorf("-f: %w", err)
+	}
+	if !fi.IsDir() {
+		data, err := os.ReadFile(from)
+		if err != nil {
+			return nil, fmt.Errorf("-f: %w", err)
+		}
+		return []manifestFile{{from, filepath.Base(from), data}}, nil
+	}
+	var files []manifestFile
+	err = filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || (!strings.HasSuffix(p, ".yaml") && !strings.HasSuffix(p, ".yml")) {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		files = append(files, manifestFile{p, rel, data})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("-f: %w", err)
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("-f: %s holds no .yaml or .yml file", from)
+	}
+	return files, nil
+}
