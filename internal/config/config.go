@@ -126,7 +126,17 @@ func (s Stamp) StampVariables() [][2]string {
 type Signing struct {
 	Key       string `yaml:"key" json:"key,omitempty"`
 	PublicKey string `yaml:"publicKey" json:"publicKey,omitempty"`
+	// Layout is where a release's signatures and attestations go:
+	// LayoutTags (the default) or LayoutReferrers.
+	Layout string `yaml:"layout" json:"layout,omitempty"`
 }
+
+// Signature layouts: cosign's sha256-<hex>.sig and .att tags, which every
+// cosign reads; or cosign v3's Sigstore bundles as OCI 1.1 referrers.
+const (
+	LayoutTags      = "tags"
+	LayoutReferrers = "referrers"
+)
 
 // Release is what `mage release` publishes: every image for Platforms
 // (default: the build's platforms), and each binary of Assets as a release
@@ -420,6 +430,13 @@ func (c *Config) validate() error {
 	}
 	if !tagRE.MatchString(c.Tag) {
 		return fieldErr(f, "tag", "%q is not an image tag", c.Tag)
+	}
+	switch c.Signing.Layout {
+	case "":
+		c.Signing.Layout = LayoutTags
+	case LayoutTags, LayoutReferrers:
+	default:
+		return fieldErr(f, "signing.layout", "%q is not a layout; use %s (cosign's .sig and .att tags) or %s (cosign v3's Sigstore bundles as OCI referrers)", c.Signing.Layout, LayoutTags, LayoutReferrers)
 	}
 	return c.Release.validate(c)
 }

@@ -198,6 +198,7 @@ func TestLoadBadInput(t *testing.T) {
 		{"missing folder", image(goodImage + "files:\n  - src: scripts/\n    dest: /usr/local/bin/\n"), []string{img, "files[0].src", "does not exist"}},
 		{"unknown stamp value", kiln("package: example.com/m/pkg/version", "package: example.com/m/pkg/version\n  variables:\n    example.com/m/pkg/version.GitSHA: sha"), []string{File, "stamp.variables.example.com/m/pkg/version.GitSHA", `unknown value "sha"`, "shortCommit"}},
 		{"stamp variable without a name", kiln("package: example.com/m/pkg/version", "package: example.com/m/pkg/version\n  variables:\n    example.com/m/pkg/version: version"), []string{File, "stamp.variables", "<import path>.<Name>"}},
+		{"unknown signing layout", kiln("tag: latest", "tag: latest\nsigning:\n  layout: bundles"), []string{File, "signing.layout", `"bundles"`, "referrers"}},
 		{"bad image folder name", map[string]string{"images/Bad_Name/image.yaml": goodImage}, []string{"images/Bad_Name", "image name"}},
 		{"bases beside base", image(goodImage + "base: r.example/b@" + pin + "\nbases:\n  linux/amd64: r.example/b-amd64@" + pin + "\n  linux/arm64: r.example/b-arm64@" + pin + "\n"), []string{img, "bases", "not both"}},
 		{"bases missing a platform", image(goodImage + "bases:\n  linux/amd64: r.example/b-amd64@" + pin + "\n"), []string{img, "bases", "no base for linux/arm64"}},

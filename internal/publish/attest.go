@@ -40,7 +40,7 @@ func SigningKeyPath(p *plan.Plan) string {
 	if path := os.Getenv(sign.KeyEnv); path != "" {
 		return path
 	}
-	if p.Signing.Key == "" || filepath.IsAbs(p.Signing.Key) {
+	if p.Signing.Key == "" || filepath.IsAbs(p.Signing.Key) || sign.IsEnv(p.Signing.Key) {
 		return p.Signing.Key
 	}
 	return filepath.Join(p.Root, p.Signing.Key)
@@ -48,7 +48,7 @@ func SigningKeyPath(p *plan.Plan) string {
 
 // PublicKeyPath is kiln.yaml's signing.publicKey from the repository root.
 func PublicKeyPath(p *plan.Plan) string {
-	if p.Signing.PublicKey == "" || filepath.IsAbs(p.Signing.PublicKey) {
+	if p.Signing.PublicKey == "" || filepath.IsAbs(p.Signing.PublicKey) || sign.IsEnv(p.Signing.PublicKey) {
 		return p.Signing.PublicKey
 	}
 	return filepath.Join(p.Root, p.Signing.PublicKey)
@@ -136,7 +136,7 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 	for i, img := range p.Images {
 		repo := registry + "/" + p.Repository + "/" + img.Name
 		indexDigest := digest.Digest(pushed[i].Digest)
-		manifests, err := platformManifests(ctx, resolver, repo, indexDigest)
+		indexDesc, manifests, err := platformManifests(ctx, resolver, repo, indexDigest)
 		if err != nil {
 			return err
 		}
@@ -148,11 +148,8 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 		if err != nil {
 			return err
 		}
-		provLayer, err := signer.AttestationLayer(prov, slsa1.PredicateSLSAProvenance)
-		if err != nil {
-			return err
-		}
-		indexAtts := []sign.Layer{provLayer}
+		provenance := statement{prov, slsa1.PredicateSLSAProvenance}
+		indexAtts := []statement{provenance}
 		for j, m := range manifests {
 			platform := config.FormatPlatform(*m.Platform)
 			binaries := map[string][]byte{}
@@ -174,51 +171,108 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 			if err != nil {
 				return err
 			}
-			sbomLayer, err := signer.AttestationLayer(st, image.SPDXPredicateType)
+			sbom := statement{st, image.SPDXPredicateType}
+			indexAtts = append(indexAtts, sbom)
+			attached, err := signAndAttach(ctx, signer, resolver, p.Signing.Layout, repo, m, []statement{provenance, sbom})
 			if err != nil {
 				return err
 			}
-			indexAtts = append(indexAtts, sbomLayer)
-			if err := signAndAttach(ctx, signer, resolver, repo, m.Digest, []sign.Layer{provLayer, sbomLayer}); err != nil {
-				return err
-			}
+			pushed[i].Attached = append(pushed[i].Attached, attached...)
 		}
-		if err := signAndAttach(ctx, signer, resolver, repo, indexDigest, indexAtts); err != nil {
+		attached, err := signAndAttach(ctx, signer, resolver, p.Signing.Layout, repo, indexDesc, indexAtts)
+		if err != nil {
 			return err
 		}
+		pushed[i].Attached = append(pushed[i].Attached, attached...)
 	}
 	return nil
 }
 
-func signAndAttach(ctx context.Context, signer *sign.Signer, resolver remotes.Resolver, repo string, subject digest.Digest, atts []sign.Layer) error {
-	sig, err := signer.SignatureLayer(repo, subject)
-	if err != nil {
-		return err
+// signAndAttach signs subject and attaches the signature and attestations
+// in the layout kiln.yaml names, and returns what it attached.
+func signAndAttach(ctx context.Context, signer *sign.Signer, resolver remotes.Resolver, layout, repo string, subject ocispec.Descriptor, atts []statement) ([]Attached, error) {
+	if layout == config.LayoutReferrers {
+		all := append([]statement{{sign.SignatureStatement(subject.Digest), sign.SignPredicateType}}, atts...)
+		var refs []sign.Referrer
+		for _, st := range all {
+			b, err := signer.Bundle(st.data)
+			if err != nil {
+				return nil, err
+			}
+			refs = append(refs, sign.Referrer{Bundle: b, PredicateType: st.predicateType})
+		}
+		digests, err := sign.AttachReferrers(ctx, resolver, repo, subject, refs)
+		if err != nil {
+			return nil, err
+		}
+		var out []Attached
+		for i, d := range digests {
+			out = append(out, Attached{Subject: subject.Digest.String(), Ref: repo + "@" + d.String(), Digest: d.String(), PredicateTypes: []string{all[i].predicateType}})
+		}
+		return out, nil
 	}
-	if err := sign.Attach(ctx, resolver, repo, subject, "sig", []sign.Layer{sig}); err != nil {
-		return err
-	}
-	return sign.Attach(ctx, resolver, repo, subject, "att", atts)
-}
-
-// platformManifests are the platform manifests of a pushed index.
-func platformManifests(ctx context.Context, resolver remotes.Resolver, repo string, index digest.Digest) ([]ocispec.Descriptor, error) {
-	ref := repo + "@" + index.String()
-	_, desc, err := resolver.Resolve(ctx, ref)
-	if err != nil {
-		return nil, fmt.Errorf("read back %s: %w", ref, err)
-	}
-	f, err := resolver.Fetcher(ctx, ref)
+	sig, err := signer.SignatureLayer(repo, subject.Digest)
 	if err != nil {
 		return nil, err
 	}
+	sigDigest, err := sign.Attach(ctx, resolver, repo, subject.Digest, "sig", []sign.Layer{sig})
+	if err != nil {
+		return nil, err
+	}
+	var layers []sign.Layer
+	var types []string
+	for _, st := range atts {
+		l, err := signer.AttestationLayer(st.data, st.predicateType)
+		if err != nil {
+			return nil, err
+		}
+		layers = append(layers, l)
+		types = append(types, st.predicateType)
+	}
+	attDigest, err := sign.Attach(ctx, resolver, repo, subject.Digest, "att", layers)
+	if err != nil {
+		return nil, err
+	}
+	return []Attached{
+		{Subject: subject.Digest.String(), Ref: repo + ":" + sign.Tag(subject.Digest, "sig"), Digest: sigDigest.String()},
+		{Subject: subject.Digest.String(), Ref: repo + ":" + sign.Tag(subject.Digest, "att"), Digest: attDigest.String(), PredicateTypes: types},
+	}, nil
+}
+
+// statement is an in-toto statement to sign, of a predicate type.
+type statement struct {
+	data          []byte
+	predicateType string
+}
+
+// Attached is a signature or attestation manifest a release attached to
+// an image: the signature when it carries no predicate types (or
+// sign.SignPredicateType alone, in the referrers layout).
+type Attached struct {
+	Subject        string   `json:"subject"`
+	Ref            string   `json:"ref"`
+	Digest         string   `json:"digest"`
+	PredicateTypes []string `json:"predicateTypes,omitempty"`
+}
+
+// platformManifests are the platform manifests of a pushed index.
+func platformManifests(ctx context.Context, resolver remotes.Resolver, repo string, index digest.Digest) (ocispec.Descriptor, []ocispec.Descriptor, error) {
+	ref := repo + "@" + index.String()
+	_, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return desc, nil, fmt.Errorf("read back %s: %w", ref, err)
+	}
+	f, err := resolver.Fetcher(ctx, ref)
+	if err != nil {
+		return desc, nil, err
+	}
 	data, err := buildkit.ReadBlob(ctx, f, desc, 4<<20)
 	if err != nil {
-		return nil, fmt.Errorf("read back %s: %w", ref, err)
+		return desc, nil, fmt.Errorf("read back %s: %w", ref, err)
 	}
 	var idx ocispec.Index
 	if err := json.Unmarshal(data, &idx); err != nil {
-		return nil, fmt.Errorf("read back %s: not an index: %w", ref, err)
+		return desc, nil, fmt.Errorf("read back %s: not an index: %w", ref, err)
 	}
 	var out []ocispec.Descriptor
 	for _, m := range idx.Manifests {
@@ -226,7 +280,7 @@ func platformManifests(ctx context.Context, resolver remotes.Resolver, repo stri
 			out = append(out, m)
 		}
 	}
-	return out, nil
+	return desc, out, nil
 }
 
 // exportImageBinaries writes every image's binaries for each of its

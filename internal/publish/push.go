@@ -42,6 +42,9 @@ type PushResult struct {
 	// Platforms are the index's platform manifests, as the registry has
 	// them (read back only when asked: PushOptions.ReadBack, a release).
 	Platforms []inspect.PlatformDigest `json:"platforms,omitempty"`
+	// Attached are the signatures and attestations a release attached
+	// to the index and each platform manifest.
+	Attached []Attached `json:"attached,omitempty"`
 }
 
 // Push builds every image and pushes it, all platforms in one index, tagged
@@ -102,7 +105,7 @@ func push(ctx context.Context, s *session.Session, registry string, skipTLSVerif
 			continue
 		}
 		repo := registry + "/" + s.Plan.Repository + "/" + results[i].Name
-		manifests, err := platformManifests(ctx, resolver, repo, digest.Digest(results[i].Digest))
+		_, manifests, err := platformManifests(ctx, resolver, repo, digest.Digest(results[i].Digest))
 		if err != nil {
 			return nil, err
 		}

@@ -154,6 +154,17 @@ func TestRelease(t *testing.T) {
 		if len(img.Platforms) != 2 || img.Platforms[1].Platform != "linux/arm/v7" || !strings.HasPrefix(img.Platforms[0].Digest, "sha256:") {
 			t.Errorf("%s: the summary's platforms %+v", img.Name, img.Platforms)
 		}
+		// And what was attached: a signature and an attestation manifest
+		// for the index and each platform, as the registry serves them.
+		if len(img.Attached) != 6 {
+			t.Errorf("%s: the summary lists %d attached manifests, want 6: %+v", img.Name, len(img.Attached), img.Attached)
+		}
+		for _, a := range img.Attached {
+			name, tag, _ := strings.Cut(strings.TrimPrefix(a.Ref, reg.Addr+"/"), ":")
+			if dg, _, _, err := reg.Manifest(name, tag); err != nil || dg != a.Digest {
+				t.Errorf("%s: the registry serves %s as %s (%v); the summary says %s", img.Name, a.Ref, dg, err, a.Digest)
+			}
+		}
 	}
 	sums, err := os.ReadFile(filepath.Join(first.AssetsDir, "SHA256SUMS"))
 	if err != nil {
@@ -385,7 +396,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	foreign, _ := otherSigner.SignatureLayer(controllerRepo, cidx.Manifests[0].Digest)
-	if err := sign.Attach(ctx, resolver, controllerRepo, cidx.Manifests[0].Digest, "sig", []sign.Layer{foreign}); err != nil {
+	if _, err := sign.Attach(ctx, resolver, controllerRepo, cidx.Manifests[0].Digest, "sig", []sign.Layer{foreign}); err != nil {
 		t.Fatal(err)
 	}
 	signer, err := sign.LoadKey(filepath.Join(keys, "cosign.key"), []byte("release-pass"))
@@ -403,7 +414,7 @@ func TestRelease(t *testing.T) {
 	}
 	lie, _ := signer.AttestationLayer(bytes.ReplaceAll(st, []byte(first.Commit), []byte(strings.Repeat("0", 40))), "https://slsa.dev/provenance/v1")
 	atts[0] = lie
-	if err := sign.Attach(ctx, resolver, controllerRepo, cdigest, "att", atts); err != nil {
+	if _, err := sign.Attach(ctx, resolver, controllerRepo, cdigest, "att", atts); err != nil {
 		t.Fatal(err)
 	}
 

@@ -394,7 +394,7 @@ func checkPublished(ctx context.Context, resolver remotes.Resolver, verifier *si
 	} else {
 		vi.Signatures++
 	}
-	manifests, err := platformManifests(ctx, resolver, repo, desc.Digest)
+	_, manifests, err := platformManifests(ctx, resolver, repo, desc.Digest)
 	if err != nil {
 		return nil, err
 	}

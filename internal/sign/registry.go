@@ -56,19 +56,19 @@ func (s *Signer) AttestationLayer(statement []byte, predicateType string) (Layer
 
 // Attach writes layers as the repository's sha256-<hex>.<kind> manifest,
 // replacing what was there: a release re-signs everything it publishes.
-// repository is HOST/NAME.
-func Attach(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest, kind string, layers []Layer) error {
+// repository is HOST/NAME. It returns the manifest's digest.
+func Attach(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest, kind string, layers []Layer) (digest.Digest, error) {
 	ref := repository + ":" + Tag(subject, kind)
 	pusher, err := resolver.Pusher(ctx, ref)
 	if err != nil {
-		return fmt.Errorf("attach %s: %w", ref, err)
+		return "", fmt.Errorf("attach %s: %w", ref, err)
 	}
 	var diffIDs []digest.Digest
 	var descs []ocispec.Descriptor
 	for _, l := range layers {
 		d := ocispec.Descriptor{MediaType: l.MediaType, Digest: digest.FromBytes(l.Data), Size: int64(len(l.Data)), Annotations: l.Annotations}
 		if err := push(ctx, pusher, d, l.Data); err != nil {
-			return fmt.Errorf("attach %s: %w", ref, err)
+			return "", fmt.Errorf("attach %s: %w", ref, err)
 		}
 		descs = append(descs, d)
 		diffIDs = append(diffIDs, d.Digest)
@@ -76,14 +76,14 @@ func Attach(ctx context.Context, resolver remotes.Resolver, repository string, s
 	config, _ := json.Marshal(ocispec.Image{RootFS: ocispec.RootFS{Type: "layers", DiffIDs: diffIDs}})
 	configDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(config), Size: int64(len(config))}
 	if err := push(ctx, pusher, configDesc, config); err != nil {
-		return fmt.Errorf("attach %s: %w", ref, err)
+		return "", fmt.Errorf("attach %s: %w", ref, err)
 	}
 	manifest, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: configDesc, Layers: descs})
 	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(manifest), Size: int64(len(manifest))}
 	if err := push(ctx, pusher, md, manifest); err != nil {
-		return fmt.Errorf("attach %s: %w", ref, err)
+		return "", fmt.Errorf("attach %s: %w", ref, err)
 	}
-	return nil
+	return md.Digest, nil
 }
 
 func push(ctx context.Context, pusher remotes.Pusher, d ocispec.Descriptor, data []byte) error {
@@ -141,7 +141,26 @@ func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, su
 
 // VerifyImage checks that a signature of subject in repository verifies
 // with the key and names that digest.
+//
+// As cosign v3 does, it reads Sigstore bundles referring to subject first
+// and the sha256-<hex>.sig tag only when there are none.
 func (v *Verifier) VerifyImage(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest) error {
+	bundles, err := FetchBundles(ctx, resolver, repository, subject)
+	if err != nil {
+		return err
+	}
+	if len(bundles) > 0 {
+		for _, b := range bundles {
+			raw, err := v.OpenBundle(b.Data)
+			if err != nil {
+				continue
+			}
+			if st, err := parseStatement(raw); err == nil && st.PredicateType == SignPredicateType && st.names(subject) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s@%s: no signature among the %d bundles referring to it verifies with %s and names this digest", repository, subject, len(bundles), v.path)
+	}
 	layers, err := Fetch(ctx, resolver, repository, subject, "sig")
 	if errdefs.IsNotFound(err) {
 		return fmt.Errorf("%s@%s has no signature (%s)", repository, subject, Tag(subject, "sig"))
@@ -175,7 +194,41 @@ type Statement struct {
 // VerifyAttestations returns the attestations of subject whose envelopes
 // verify with the key and whose statements name subject; it fails when an
 // attestation does not verify, naming it.
+//
+// Bundles referring to subject come first, as for VerifyImage.
 func (v *Verifier) VerifyAttestations(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest) ([]Statement, error) {
+	bundles, err := FetchBundles(ctx, resolver, repository, subject)
+	if err != nil {
+		return nil, err
+	}
+	if len(bundles) > 0 {
+		var out []Statement
+		for i, b := range bundles {
+			if b.Annotations[bundlePredicateAnnotation] == SignPredicateType {
+				continue // a signature, which VerifyImage checks
+			}
+			what := fmt.Sprintf("%s@%s bundle %d (%s)", repository, subject, i, b.Annotations[bundlePredicateAnnotation])
+			raw, err := v.OpenBundle(b.Data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+			st, err := parseStatement(raw)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+			if st.PredicateType == SignPredicateType {
+				continue
+			}
+			if !st.names(subject) {
+				return nil, fmt.Errorf("%s: its statement's subjects do not include %s", what, subject)
+			}
+			out = append(out, st)
+		}
+		if len(out) == 0 {
+			return nil, fmt.Errorf("%s@%s has no attestations among the %d bundles referring to it", repository, subject, len(bundles))
+		}
+		return out, nil
+	}
 	layers, err := Fetch(ctx, resolver, repository, subject, "att")
 	if errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("%s@%s has no attestations (%s)", repository, subject, Tag(subject, "att"))
@@ -190,20 +243,34 @@ func (v *Verifier) VerifyAttestations(ctx context.Context, resolver remotes.Reso
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		var st Statement
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return nil, fmt.Errorf("%s: not an in-toto statement: %w", what, err)
+		st, err := parseStatement(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		named := false
-		for _, s := range st.Subject {
-			named = named || s.Digest[subject.Algorithm().String()] == subject.Encoded()
-		}
-		if !named {
+		if !st.names(subject) {
 			return nil, fmt.Errorf("%s: its statement's subjects do not include %s", what, subject)
 		}
 		out = append(out, st)
 	}
 	return out, nil
+}
+
+func parseStatement(raw []byte) (Statement, error) {
+	var st Statement
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return st, fmt.Errorf("not an in-toto statement: %w", err)
+	}
+	return st, nil
+}
+
+// names tells whether the statement's subjects include the digest.
+func (st Statement) names(subject digest.Digest) bool {
+	for _, s := range st.Subject {
+		if s.Digest[subject.Algorithm().String()] == subject.Encoded() {
+			return true
+		}
+	}
+	return false
 }
 
 // Repository is HOST/NAME of a reference HOST/NAME[:TAG][@DIGEST].

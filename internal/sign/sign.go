@@ -1,8 +1,9 @@
 // Package sign owns the signing stage of a release: it loads a cosign key
 // pair, signs image digests, in-toto statements (as DSSE envelopes) and
-// files, stores image signatures and attestations in the registry the way
-// cosign does (sha256-<hex>.sig and .att tags), and verifies all three with
-// the public key. The real cosign CLI verifies what it writes.
+// files, stores image signatures and attestations in the registry in
+// either of cosign's layouts (the sha256-<hex>.sig and .att tags, or
+// Sigstore bundles as OCI referrers), and verifies all of them with the
+// public key. The real cosign CLI verifies what it writes.
 package sign
 
 import (
@@ -15,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
@@ -51,12 +53,37 @@ func Password() []byte {
 	return []byte(os.Getenv("COSIGN_PASSWORD"))
 }
 
-// LoadKey reads an encrypted cosign private key (cosign generate-key-pair).
-// Errors name the file and what was expected, never the password.
-func LoadKey(path string, password []byte) (*Signer, error) {
-	data, err := os.ReadFile(path)
+// EnvScheme names a key held in an environment variable instead of a
+// file, as cosign's --key env://VAR does: env://COSIGN_PRIVATE_KEY.
+const EnvScheme = "env://"
+
+// IsEnv tells whether a key is named as env://VAR.
+func IsEnv(key string) bool { return strings.HasPrefix(key, EnvScheme) }
+
+// readKey reads a key file, or the variable of env://VAR.
+func readKey(key, what, remedy string) ([]byte, error) {
+	if IsEnv(key) {
+		name := strings.TrimPrefix(key, EnvScheme)
+		data := os.Getenv(name)
+		if name == "" || strings.TrimSpace(data) == "" {
+			return nil, fmt.Errorf("%s %s: the variable %s is not set or empty; put the PEM text of the key in it", what, key, name)
+		}
+		return []byte(data), nil
+	}
+	data, err := os.ReadFile(key)
 	if err != nil {
-		return nil, fmt.Errorf("signing key %s: %w; create one with `cosign generate-key-pair` and point %s (or kiln.yaml signing.key) at cosign.key", path, errors.Unwrap(err), KeyEnv)
+		return nil, fmt.Errorf("%s %s: %w; %s", what, key, errors.Unwrap(err), remedy)
+	}
+	return data, nil
+}
+
+// LoadKey reads an encrypted cosign private key (cosign generate-key-pair)
+// from a file or env://VAR. Errors name the file or variable and what was
+// expected, never the password.
+func LoadKey(path string, password []byte) (*Signer, error) {
+	data, err := readKey(path, "signing key", fmt.Sprintf("create one with `cosign generate-key-pair` and point %s (or kiln.yaml signing.key) at cosign.key, or at env://VAR", KeyEnv))
+	if err != nil {
+		return nil, err
 	}
 	block, _ := pem.Decode(data)
 	if block == nil || (block.Type != string(cryptoutils.EncryptedSigstorePrivateKeyPEMType) && block.Type != "ENCRYPTED COSIGN PRIVATE KEY") {
@@ -105,11 +132,12 @@ type Verifier struct {
 	path string
 }
 
-// LoadPublicKey reads a PEM public key (cosign.pub).
+// LoadPublicKey reads a PEM public key (cosign.pub) from a file or
+// env://VAR.
 func LoadPublicKey(path string) (*Verifier, error) {
-	data, err := os.ReadFile(path)
+	data, err := readKey(path, "public key", "pass the release's cosign.pub with -key or set kiln.yaml signing.publicKey")
 	if err != nil {
-		return nil, fmt.Errorf("public key %s: %w; pass the release's cosign.pub with -key or set kiln.yaml signing.publicKey", path, errors.Unwrap(err))
+		return nil, err
 	}
 	pub, err := cryptoutils.UnmarshalPEMToPublicKey(data)
 	if err != nil {

@@ -41,8 +41,9 @@ func TestBlobSignaturesInteroperateWithCosign(t *testing.T) {
 		t.Errorf("cosign verify-blob passed for a changed file:\n%s", out)
 	}
 
-	// And kiln verifies what cosign signs.
-	cmd := exec.Command(testdaemon.Cosign(t), "sign-blob", "--key", filepath.Join(keys, "cosign.key"), "--tlog-upload=false", "--yes", file)
+	// And kiln verifies what cosign signs: a bare signature, which cosign v3
+	// writes only without its bundle format and signing config.
+	cmd := exec.Command(testdaemon.Cosign(t), "sign-blob", "--key", filepath.Join(keys, "cosign.key"), "--new-bundle-format=false", "--use-signing-config=false", "--tlog-upload=false", "--yes", file)
 	cmd.Env = append(os.Environ(), "COSIGN_PASSWORD=s3cret-pass")
 	cosignSig, err := cmd.Output()
 	if err != nil {
@@ -102,6 +103,7 @@ func TestBadKeysGetOneClearError(t *testing.T) {
 		{"missing", filepath.Join(dir, "absent.key"), "x", []string{"absent.key", "cosign generate-key-pair", KeyEnv}},
 		{"wrong password", filepath.Join(dir, "cosign.key"), "wrong-password-value", []string{"cosign.key", "wrong password", PasswordEnv}},
 		{"public key given", filepath.Join(dir, "cosign.pub"), "x", []string{"cosign.pub", "PUBLIC KEY", "ENCRYPTED SIGSTORE PRIVATE KEY"}},
+		{"unset variable", "env://KILN_TEST_UNSET_KEY", "x", []string{"env://KILN_TEST_UNSET_KEY", "KILN_TEST_UNSET_KEY is not set or empty"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := LoadKey(tt.path, []byte(tt.password))
@@ -117,5 +119,32 @@ func TestBadKeysGetOneClearError(t *testing.T) {
 				t.Errorf("%q echoes the password", err)
 			}
 		})
+	}
+}
+
+// Keys from env://VAR, as cosign's --key env://VAR: a CI secret need not
+// be written to a file.
+func TestKeysFromTheEnvironment(t *testing.T) {
+	priv, pub, _ := GenerateKeyPair([]byte("pw"))
+	t.Setenv("KILN_TEST_SIGNING_KEY", string(priv))
+	t.Setenv("KILN_TEST_PUBLIC_KEY", string(pub))
+	s, err := LoadKey("env://KILN_TEST_SIGNING_KEY", []byte("pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := s.Sign([]byte("SHA256SUMS"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := LoadPublicKey("env://KILN_TEST_PUBLIC_KEY")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := v.Verify([]byte("SHA256SUMS"), sig); err != nil {
+		t.Error(err)
+	}
+	t.Setenv("KILN_TEST_PUBLIC_KEY", "   ")
+	if _, err := LoadPublicKey("env://KILN_TEST_PUBLIC_KEY"); err == nil || !strings.Contains(err.Error(), "KILN_TEST_PUBLIC_KEY is not set or empty") {
+		t.Errorf("an empty variable: %v", err)
 	}
 }

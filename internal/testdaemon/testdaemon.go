@@ -245,7 +245,7 @@ func Cosign(t testing.TB) string {
 	t.Helper()
 	path, err := exec.LookPath("cosign")
 	if err != nil {
-		Unavailable(t, "cosign not on PATH (GOBIN=/usr/local/bin go install github.com/sigstore/cosign/v2/cmd/cosign@v2.6.5)")
+		Unavailable(t, "cosign not on PATH (GOBIN=/usr/local/bin go install github.com/sigstore/cosign/v3/cmd/cosign@v3.1.3)")
 	}
 	return path
 }

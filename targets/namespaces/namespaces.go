@@ -202,7 +202,7 @@ type Release mg.Namespace
 //
 //	VERSION                 the released tag, e.g. v2.3.0
 //	-registry=HOST[:PORT]   where it was released (or REGISTRY)
-//	-key=FILE               cosign.pub (default kiln.yaml signing.publicKey)
+//	-key=FILE               cosign.pub or env://VAR (default kiln.yaml signing.publicKey)
 //	-assets=DIR             the release assets with SHA256SUMS and its .sig, as
 //	                        downloaded (default _output/release/VERSION when
 //	                        there); checked, and rebuilt and compared
