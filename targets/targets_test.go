@@ -288,7 +288,7 @@ source: https://example.com/antrea
 	}
 	modfixture.Write(t, deploy, manifests)
 	modfixture.Write(t, filepath.Join(deploy, "..", "broken"), map[string]string{"a.yaml": "image: [antrea/antrea-agent\n"})
-	if out, err := mage(t, repo, "images:resolve", "-f="+filepath.Join(deploy, "..", "broken"), "-registry="+reg.Addr); err == nil || !strings.Contains(out, "a.yaml") || !strings.Contains(out, "line 2") {
+	if out, err := mage(t, repo, "images:resolve", "-f="+filepath.Join(deploy, "..", "broken"), "-registry="+reg.Addr); err == nil || !strings.Contains(out, "a.yaml") || !strings.Contains(out, "line 1") {
 		t.Errorf("images:resolve of a broken manifest: %v\n%s", err, out)
 	}
 	resolvedDir := filepath.Join(repo, "_output", "resolved")

@@ -12,11 +12,13 @@ import (
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/distribution/reference"
-	"github.com/in-toto/in-toto-golang/in_toto"
-	"github.com/in-toto/in-toto-golang/in_toto/slsa_provenance/common"
-	slsa1 "github.com/in-toto/in-toto-golang/in_toto/slsa_provenance/v1"
+	slsa "github.com/in-toto/attestation/go/predicates/provenance/v1"
+	intoto "github.com/in-toto/attestation/go/v1"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/buildkit/export"
@@ -67,55 +69,76 @@ func loadSigner(p *plan.Plan) (*sign.Signer, error) {
 // inputs (kiln.yaml, the toolchain pin, the commit and tree state, the
 // module files, the bases, whether caches were trusted). It records no
 // times, so a release rebuilt from the same commit attests the same.
-func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []in_toto.Subject) ([]byte, error) {
-	deps := []slsa1.ResourceDescriptor{
-		{URI: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: common.DigestSet{"gitCommit": p.Stamp.Commit}},
-		{URI: image.GoPURL("golang.org/toolchain", p.Toolchain.Module), Digest: common.DigestSet{"sha256": p.Toolchain.SHA256}},
+func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []*intoto.ResourceDescriptor) ([]byte, error) {
+	deps := []*intoto.ResourceDescriptor{
+		{Uri: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: map[string]string{"gitCommit": p.Stamp.Commit}},
+		{Uri: image.GoPURL("golang.org/toolchain", p.Toolchain.Module), Digest: map[string]string{"sha256": p.Toolchain.SHA256}},
 	}
 	for _, base := range img.AllBases() {
 		if named, err := reference.ParseNormalizedNamed(base); err == nil {
 			if d, ok := named.(reference.Digested); ok {
-				deps = append(deps, slsa1.ResourceDescriptor{URI: "oci://" + named.Name(), Digest: common.DigestSet{d.Digest().Algorithm().String(): d.Digest().Encoded()}})
+				deps = append(deps, &intoto.ResourceDescriptor{Uri: "oci://" + named.Name(), Digest: map[string]string{d.Digest().Algorithm().String(): d.Digest().Encoded()}})
 			}
 		}
 	}
 	for _, f := range p.ModFiles {
 		if h := p.ModFileHashes[f]; h != "" {
-			deps = append(deps, slsa1.ResourceDescriptor{Name: f, Digest: common.DigestSet{"sha256": h}})
+			deps = append(deps, &intoto.ResourceDescriptor{Name: f, Digest: map[string]string{"sha256": h}})
 		}
 	}
 	for _, m := range p.Modules {
 		path, version, _ := strings.Cut(m, "@")
-		deps = append(deps, slsa1.ResourceDescriptor{URI: image.GoPURL(path, version)})
+		deps = append(deps, &intoto.ResourceDescriptor{Uri: image.GoPURL(path, version)})
 	}
-	st := in_toto.ProvenanceStatementSLSA1{
-		StatementHeader: in_toto.StatementHeader{Type: in_toto.StatementInTotoV1, PredicateType: slsa1.PredicateSLSAProvenance, Subject: subjects},
-		Predicate: slsa1.ProvenancePredicate{
-			BuildDefinition: slsa1.ProvenanceBuildDefinition{
-				BuildType: BuildType,
-				ExternalParameters: map[string]any{
-					"source":    map[string]string{"uri": p.Source, "commit": p.Stamp.Commit, "treeState": p.Stamp.TreeState},
-					"version":   p.Stamp.Version,
-					"image":     img.Name,
-					"platforms": img.PlatformIDs(),
-				},
-				InternalParameters: map[string]any{
-					"config":          map[string]string{"path": config.File, "sha256": configSHA256},
-					"toolchain":       p.Toolchain,
-					"caches":          caches,
-					"goEnv":           p.GoEnv,
-					"ldflags":         p.Stamp.LDFlags,
-					"modMode":         p.ModMode,
-					"sourceDateEpoch": p.SourceDateEpoch,
-				},
-				ResolvedDependencies: deps,
-			},
-			RunDetails: slsa1.ProvenanceRunDetails{
-				Builder: slsa1.Builder{ID: BuilderID, Version: map[string]string{"kiln": image.KilnVersion(), "buildkit": managed.Version}},
-			},
-		},
+	external, err := toStruct(map[string]any{
+		"source":    map[string]string{"uri": p.Source, "commit": p.Stamp.Commit, "treeState": p.Stamp.TreeState},
+		"version":   p.Stamp.Version,
+		"image":     img.Name,
+		"platforms": img.PlatformIDs(),
+	})
+	if err != nil {
+		return nil, err
 	}
-	return json.Marshal(st)
+	internal, err := toStruct(map[string]any{
+		"config":          map[string]string{"path": config.File, "sha256": configSHA256},
+		"toolchain":       p.Toolchain,
+		"caches":          caches,
+		"goEnv":           p.GoEnv,
+		"ldflags":         p.Stamp.LDFlags,
+		"modMode":         p.ModMode,
+		"sourceDateEpoch": p.SourceDateEpoch,
+	})
+	if err != nil {
+		return nil, err
+	}
+	predicate, err := toStruct(&slsa.Provenance{
+		BuildDefinition: &slsa.BuildDefinition{BuildType: BuildType, ExternalParameters: external, InternalParameters: internal, ResolvedDependencies: deps},
+		RunDetails:      &slsa.RunDetails{Builder: &slsa.Builder{Id: BuilderID, Version: map[string]string{"kiln": image.KilnVersion(), "buildkit": managed.Version}}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return sign.StatementJSON(&intoto.Statement{Type: intoto.StatementTypeUri, Subject: subjects, PredicateType: ProvenancePredicateType, Predicate: predicate})
+}
+
+// ProvenancePredicateType is SLSA v1 provenance's.
+const ProvenancePredicateType = "https://slsa.dev/provenance/v1"
+
+// toStruct converts a value, through its JSON (protojson's for a message),
+// into a predicate or parameters object.
+func toStruct(v any) (*structpb.Struct, error) {
+	var data []byte
+	var err error
+	if m, ok := v.(proto.Message); ok {
+		data, err = protojson.Marshal(m)
+	} else {
+		data, err = json.Marshal(v)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &structpb.Struct{}
+	return out, protojson.Unmarshal(data, out)
 }
 
 // attestRelease signs every pushed image index and platform manifest, and
@@ -140,15 +163,15 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 		if err != nil {
 			return err
 		}
-		subjects := []in_toto.Subject{{Name: repo, Digest: common.DigestSet{"sha256": indexDigest.Encoded()}}}
+		subjects := []*intoto.ResourceDescriptor{{Name: repo, Digest: map[string]string{"sha256": indexDigest.Encoded()}}}
 		for _, m := range manifests {
-			subjects = append(subjects, in_toto.Subject{Name: repo + " " + config.FormatPlatform(*m.Platform), Digest: common.DigestSet{"sha256": m.Digest.Encoded()}})
+			subjects = append(subjects, &intoto.ResourceDescriptor{Name: repo + " " + config.FormatPlatform(*m.Platform), Digest: map[string]string{"sha256": m.Digest.Encoded()}})
 		}
 		prov, err := Provenance(p, img, hex.EncodeToString(configSum[:]), caches, subjects)
 		if err != nil {
 			return err
 		}
-		provenance := statement{prov, slsa1.PredicateSLSAProvenance}
+		provenance := statement{prov, ProvenancePredicateType}
 		indexAtts := []statement{provenance}
 		for j, m := range manifests {
 			platform := config.FormatPlatform(*m.Platform)
@@ -164,10 +187,12 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 			if err != nil {
 				return err
 			}
-			st, err := json.Marshal(struct {
-				in_toto.StatementHeader
-				Predicate json.RawMessage `json:"predicate"`
-			}{in_toto.StatementHeader{Type: in_toto.StatementInTotoV1, PredicateType: image.SPDXPredicateType, Subject: []in_toto.Subject{subjects[0], subjects[j+1]}}, doc})
+			predicate := &structpb.Struct{}
+			if err := protojson.Unmarshal(doc, predicate); err != nil {
+				return err
+			}
+			st, err := sign.StatementJSON(&intoto.Statement{Type: intoto.StatementTypeUri, PredicateType: image.SPDXPredicateType,
+				Subject: []*intoto.ResourceDescriptor{subjects[0], subjects[j+1]}, Predicate: predicate})
 			if err != nil {
 				return err
 			}

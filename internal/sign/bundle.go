@@ -55,6 +55,16 @@ func SignatureStatement(subject digest.Digest) []byte {
 	return compactProto(st)
 }
 
+// StatementJSON is an in-toto statement as kiln signs it: checked by the
+// library (a type, a predicate type, a subject with a digest) and written
+// with stable bytes, so a release rebuilt attests the same.
+func StatementJSON(st *intoto.Statement) ([]byte, error) {
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("in-toto statement: %w", err)
+	}
+	return compactProto(st), nil
+}
+
 // compactProto marshals a message as JSON with stable bytes: protojson
 // varies its whitespace on purpose.
 func compactProto(m proto.Message) []byte {
