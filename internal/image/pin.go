@@ -88,7 +88,7 @@ func PinBases(ctx context.Context, root string) ([]Pinned, error) {
 		}
 		data, err = yamlref.Apply(data, reps)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w; pin it by hand", rel, err)
+			return nil, fmt.Errorf("%s: %w", rel, err)
 		}
 		if err := atomicfile.Write(path, func(w io.Writer) error { _, err := w.Write(data); return err }); err != nil {
 			return nil, err

@@ -217,7 +217,11 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 // in the layout kiln.yaml names, and returns what it attached.
 func signAndAttach(ctx context.Context, signer *sign.Signer, resolver remotes.Resolver, layout, repo string, subject ocispec.Descriptor, atts []statement) ([]Attached, error) {
 	if layout == config.LayoutReferrers {
-		all := append([]statement{{sign.SignatureStatement(subject.Digest), sign.SignPredicateType}}, atts...)
+		sig, err := sign.SignatureStatement(subject.Digest)
+		if err != nil {
+			return nil, err
+		}
+		all := append([]statement{{sig, sign.SignPredicateType}}, atts...)
 		var refs []sign.Referrer
 		for _, st := range all {
 			b, err := signer.Bundle(st.data)

@@ -59,8 +59,18 @@ func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts
 		}
 		ropts.Out = filepath.Join(opts.OutDirFor(root), "resolved")
 	}
+	if err := outsideEachOther(ropts.From, ropts.Out); err != nil {
+		return nil, err
+	}
+	// Every reference must be rewritable before anything is pushed: the
+	// same rewrite, with the digest still unknown.
+	placeholders := map[string]yamlref.Pushed{}
+	for _, img := range cfg.Images {
+		name := cfg.Repository + "/" + img.Name
+		placeholders[name] = yamlref.Pushed{Name: name, Tag: "v0", Digest: "sha256:" + strings.Repeat("0", 64)}
+	}
 	for _, in := range inputs {
-		if _, _, err := yamlref.Resolve(in.data, nil); err != nil {
+		if _, _, err := yamlref.Resolve(in.data, placeholders); err != nil {
 			return nil, fmt.Errorf("-f: %s: %w", in.path, err)
 		}
 	}
@@ -108,6 +118,29 @@ func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts
 		return nil, err
 	}
 	return out, nil
+}
+
+// outsideEachOther refuses an output folder that holds the manifests or
+// lies among them: replacing it would delete them, or the next run would
+// read its own output.
+func outsideEachOther(from, out string) error {
+	f, err := filepath.Abs(from)
+	if err != nil {
+		return err
+	}
+	o, err := filepath.Abs(out)
+	if err != nil {
+		return err
+	}
+	if within(o, f) || within(f, o) {
+		return fmt.Errorf("-o %s and -f %s overlap; write the pinned files to a folder of their own (default _output/resolved)", out, from)
+	}
+	return nil
+}
+
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 type manifestFile struct {

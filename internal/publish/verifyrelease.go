@@ -440,7 +440,7 @@ func checkStatements(statements []sign.Statement, platforms []digest.Digest, com
 	sbomOf := map[digest.Digest]int{}
 	for _, st := range statements {
 		switch st.PredicateType {
-		case "https://slsa.dev/provenance/v1":
+		case ProvenancePredicateType:
 			provenance++
 			var pred struct {
 				BuildDefinition struct {

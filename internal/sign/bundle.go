@@ -45,14 +45,13 @@ const (
 
 // SignatureStatement is what an image signature signs in cosign v3's
 // layout: an in-toto statement naming the digest.
-func SignatureStatement(subject digest.Digest) []byte {
-	st := &intoto.Statement{
+func SignatureStatement(subject digest.Digest) ([]byte, error) {
+	return StatementJSON(&intoto.Statement{
 		Type:          intoto.StatementTypeUri,
 		Subject:       []*intoto.ResourceDescriptor{{Digest: map[string]string{subject.Algorithm().String(): subject.Encoded()}}},
 		PredicateType: SignPredicateType,
 		Predicate:     &structpb.Struct{},
-	}
-	return compactProto(st)
+	})
 }
 
 // StatementJSON is an in-toto statement as kiln signs it: checked by the
@@ -62,16 +61,21 @@ func StatementJSON(st *intoto.Statement) ([]byte, error) {
 	if err := st.Validate(); err != nil {
 		return nil, fmt.Errorf("in-toto statement: %w", err)
 	}
-	return compactProto(st), nil
+	return compactProto(st)
 }
 
 // compactProto marshals a message as JSON with stable bytes: protojson
 // varies its whitespace on purpose.
-func compactProto(m proto.Message) []byte {
-	data, _ := protojson.Marshal(m)
+func compactProto(m proto.Message) ([]byte, error) {
+	data, err := protojson.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
 	var b bytes.Buffer
-	json.Compact(&b, data) // protojson wrote valid JSON
-	return b.Bytes()
+	if err := json.Compact(&b, data); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // Bundle signs an in-toto statement into a Sigstore bundle.
@@ -98,14 +102,16 @@ func (s *Signer) Bundle(statement []byte) ([]byte, error) {
 			Payload: statement, PayloadType: InTotoPayloadType, Signatures: []*protodsse.Signature{{Sig: sig}},
 		}},
 	}
-	return compactProto(b), nil
+	return compactProto(b)
 }
 
 // OpenBundle verifies a bundle's envelope with the key and returns its
 // statement.
 func (v *Verifier) OpenBundle(data []byte) ([]byte, error) {
 	var b protobundle.Bundle
-	if err := protojson.Unmarshal(data, &b); err != nil {
+	// Fields of a newer bundle version kiln does not know are not needed
+	// to check the envelope.
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(data, &b); err != nil {
 		return nil, fmt.Errorf("not a Sigstore bundle: %w", err)
 	}
 	env := b.GetDsseEnvelope()

@@ -24,8 +24,20 @@ func statementOf(t *testing.T, subject digest.Digest, predicateType string, pred
 	if err != nil {
 		t.Fatal(err)
 	}
-	return compactProto(&intoto.Statement{Type: intoto.StatementTypeUri, PredicateType: predicateType, Predicate: p,
+	st, err := StatementJSON(&intoto.Statement{Type: intoto.StatementTypeUri, PredicateType: predicateType, Predicate: p,
 		Subject: []*intoto.ResourceDescriptor{{Name: "image", Digest: map[string]string{"sha256": subject.Encoded()}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func signatureStatement(t *testing.T, d digest.Digest) []byte {
+	st, err := SignatureStatement(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 // cosign v3's layout, proven with the real cosign CLI and kiln's own
@@ -67,7 +79,7 @@ func TestBundlesAsReferrersVerifyWithCosign(t *testing.T) {
 			data []byte
 			typ  string
 		}{
-			{SignatureStatement(named), SignPredicateType},
+			{signatureStatement(t, named), SignPredicateType},
 			{statementOf(t, named, "https://slsa.dev/provenance/v1", map[string]any{"buildDefinition": map[string]any{"buildType": "https://kiln.example/build/v1"}, "runDetails": map[string]any{"builder": map[string]any{"id": "https://kiln.example"}}}), "https://slsa.dev/provenance/v1"},
 			{statementOf(t, named, "https://spdx.dev/Document", map[string]any{"spdxVersion": "SPDX-2.3", "SPDXID": "SPDXRef-DOCUMENT", "name": "antrea-agent"}), "https://spdx.dev/Document"},
 		} {
@@ -88,6 +100,10 @@ func TestBundlesAsReferrersVerifyWithCosign(t *testing.T) {
 
 	signed := image("v1")
 	release(signer, signed, signed.Digest)
+	_, _, firstIndex, err := reg.Manifest("antrea/antrea-agent", fallbackTag(signed.Digest))
+	if err != nil {
+		t.Fatal(err)
+	}
 	release(signer, signed, signed.Digest) // a release run again replaces its bundles
 	ref := repo + "@" + signed.Digest.String()
 	if out, err := cosign("verify", "--key", pub, ref); err != nil {
@@ -113,6 +129,29 @@ func TestBundlesAsReferrersVerifyWithCosign(t *testing.T) {
 	var index ocispec.Index
 	if err != nil || json.Unmarshal(body, &index) != nil || len(index.Manifests) != 3 {
 		t.Errorf("the referrers tag schema's index lists %d manifests after two releases (%v), want 3", len(index.Manifests), err)
+	}
+
+	// A registry with the referrers API lists the first run's bundles too:
+	// each statement still counts once.
+	var first ocispec.Index
+	json.Unmarshal(firstIndex, &first)
+	both := index
+	both.Manifests = append(append([]ocispec.Descriptor{}, index.Manifests...), first.Manifests...)
+	union, _ := json.Marshal(both)
+	reg.PutManifest(t, "antrea/antrea-agent", fallbackTag(signed.Digest), ocispec.MediaTypeImageIndex, union)
+	if sts, err := verifier.VerifyAttestations(ctx, resolver, repo, signed.Digest); err != nil || len(sts) != 2 {
+		t.Errorf("with both runs' bundles listed, kiln read %d attestations (%v), want 2", len(sts), err)
+	}
+
+	// A bundle anyone can add does not hide a valid signature in the tags.
+	legacy := image("v0")
+	sigLayer, _ := signer.SignatureLayer(repo, legacy.Digest)
+	if _, err := Attach(ctx, resolver, repo, legacy.Digest, "sig", []Layer{sigLayer}); err != nil {
+		t.Fatal(err)
+	}
+	release(attacker, legacy, legacy.Digest)
+	if err := verifier.VerifyImage(ctx, resolver, repo, legacy.Digest); err != nil {
+		t.Errorf("a foreign bundle hid the .sig tag's signature: %v", err)
 	}
 
 	// An attacker's bundles: another key's, and the right key's naming

@@ -142,26 +142,27 @@ func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, su
 // VerifyImage checks that a signature of subject in repository verifies
 // with the key and names that digest.
 //
-// As cosign v3 does, it reads Sigstore bundles referring to subject first
-// and the sha256-<hex>.sig tag only when there are none.
+// It reads Sigstore bundles referring to subject first, as cosign v3
+// does, and the sha256-<hex>.sig tag when none of them is a signature that
+// verifies (a bundle anyone may add cannot hide a valid signature).
 func (v *Verifier) VerifyImage(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest) error {
 	bundles, err := FetchBundles(ctx, resolver, repository, subject)
 	if err != nil {
 		return err
 	}
-	if len(bundles) > 0 {
-		for _, b := range bundles {
-			raw, err := v.OpenBundle(b.Data)
-			if err != nil {
-				continue
-			}
-			if st, err := parseStatement(raw); err == nil && st.PredicateType == SignPredicateType && st.names(subject) {
-				return nil
-			}
+	for _, b := range bundles {
+		raw, err := v.OpenBundle(b.Data)
+		if err != nil {
+			continue
 		}
-		return fmt.Errorf("%s@%s: no signature among the %d bundles referring to it verifies with %s and names this digest", repository, subject, len(bundles), v.path)
+		if st, err := parseStatement(raw); err == nil && st.PredicateType == SignPredicateType && st.names(subject) {
+			return nil
+		}
 	}
 	layers, err := Fetch(ctx, resolver, repository, subject, "sig")
+	if errdefs.IsNotFound(err) && len(bundles) > 0 {
+		return fmt.Errorf("%s@%s: no signature among the %d bundles referring to it verifies with %s and names this digest, and it has no %s tag", repository, subject, len(bundles), v.path, Tag(subject, "sig"))
+	}
 	if errdefs.IsNotFound(err) {
 		return fmt.Errorf("%s@%s has no signature (%s)", repository, subject, Tag(subject, "sig"))
 	}
@@ -195,39 +196,18 @@ type Statement struct {
 // verify with the key and whose statements name subject; it fails when an
 // attestation does not verify, naming it.
 //
-// Bundles referring to subject come first, as for VerifyImage.
+// Bundles referring to subject come first, as for VerifyImage: when any
+// of them verifies, every bundle must, and the tags are not read. A
+// statement attached twice counts once: on a registry with the referrers
+// API a release run again leaves the earlier bundles listed, and a
+// release's statements are reproducible.
 func (v *Verifier) VerifyAttestations(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest) ([]Statement, error) {
 	bundles, err := FetchBundles(ctx, resolver, repository, subject)
 	if err != nil {
 		return nil, err
 	}
-	if len(bundles) > 0 {
-		var out []Statement
-		for i, b := range bundles {
-			if b.Annotations[bundlePredicateAnnotation] == SignPredicateType {
-				continue // a signature, which VerifyImage checks
-			}
-			what := fmt.Sprintf("%s@%s bundle %d (%s)", repository, subject, i, b.Annotations[bundlePredicateAnnotation])
-			raw, err := v.OpenBundle(b.Data)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", what, err)
-			}
-			st, err := parseStatement(raw)
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", what, err)
-			}
-			if st.PredicateType == SignPredicateType {
-				continue
-			}
-			if !st.names(subject) {
-				return nil, fmt.Errorf("%s: its statement's subjects do not include %s", what, subject)
-			}
-			out = append(out, st)
-		}
-		if len(out) == 0 {
-			return nil, fmt.Errorf("%s@%s has no attestations among the %d bundles referring to it", repository, subject, len(bundles))
-		}
-		return out, nil
+	if out, err := v.bundleStatements(bundles, repository, subject); out != nil || err != nil {
+		return out, err
 	}
 	layers, err := Fetch(ctx, resolver, repository, subject, "att")
 	if errdefs.IsNotFound(err) {
@@ -251,6 +231,45 @@ func (v *Verifier) VerifyAttestations(ctx context.Context, resolver remotes.Reso
 			return nil, fmt.Errorf("%s: its statement's subjects do not include %s", what, subject)
 		}
 		out = append(out, st)
+	}
+	return out, nil
+}
+
+// bundleStatements are the attestations among bundles; nil when no
+// bundle verifies with the key.
+func (v *Verifier) bundleStatements(bundles []Layer, repository string, subject digest.Digest) ([]Statement, error) {
+	var out []Statement
+	seen := map[digest.Digest]bool{}
+	verified := false
+	var failed error
+	for i, b := range bundles {
+		what := fmt.Sprintf("%s@%s bundle %d (%s)", repository, subject, i, b.Annotations[bundlePredicateAnnotation])
+		raw, err := v.OpenBundle(b.Data)
+		if err != nil {
+			failed = fmt.Errorf("%s: %w", what, err)
+			continue
+		}
+		verified = true
+		st, err := parseStatement(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		if st.PredicateType == SignPredicateType || seen[digest.FromBytes(raw)] {
+			continue
+		}
+		seen[digest.FromBytes(raw)] = true
+		if !st.names(subject) {
+			return nil, fmt.Errorf("%s: its statement's subjects do not include %s", what, subject)
+		}
+		out = append(out, st)
+	}
+	switch {
+	case !verified:
+		return nil, nil
+	case failed != nil:
+		return nil, failed
+	case len(out) == 0:
+		return nil, fmt.Errorf("%s@%s has no attestations among the %d bundles referring to it", repository, subject, len(bundles))
 	}
 	return out, nil
 }

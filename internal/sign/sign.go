@@ -65,7 +65,10 @@ func readKey(key, what, remedy string) ([]byte, error) {
 	if IsEnv(key) {
 		name := strings.TrimPrefix(key, EnvScheme)
 		data := os.Getenv(name)
-		if name == "" || strings.TrimSpace(data) == "" {
+		if name == "" {
+			return nil, fmt.Errorf("%s %s names no variable; write env://VAR", what, key)
+		}
+		if strings.TrimSpace(data) == "" {
 			return nil, fmt.Errorf("%s %s: the variable %s is not set or empty; put the PEM text of the key in it", what, key, name)
 		}
 		return []byte(data), nil

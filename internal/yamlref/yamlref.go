@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/distribution/reference"
@@ -40,13 +41,14 @@ type Replacement struct {
 }
 
 // Apply writes the replacements into data at their scalars' positions,
-// keeping their quoting. It refuses a scalar whose text in the file is not
-// its value (escapes, or a plain scalar folded over lines): a rewrite
-// there could not keep the rest byte for byte.
+// keeping their quoting, anchors and tags. It refuses a scalar whose text
+// in the file is not its value (escapes, or a plain scalar folded over
+// lines): a rewrite there could not keep the rest byte for byte.
 func Apply(data []byte, reps []Replacement) ([]byte, error) {
 	type span struct {
 		start, end int
 		value      string
+		line       int
 	}
 	var spans []span
 	for _, r := range reps {
@@ -56,38 +58,57 @@ func Apply(data []byte, reps []Replacement) ([]byte, error) {
 		}
 		start, ok := offset(data, n.Line, n.Column)
 		if !ok {
-			return nil, fmt.Errorf("line %d column %d: outside the file", n.Line, n.Column)
+			return nil, fmt.Errorf("line %d column %d: outside the file (lines must end in \\n or \\r\\n)", n.Line, n.Column)
 		}
+		// The node starts at its anchor or tag (&a, !!str), if any.
+		for start < len(data) && (data[start] == '&' || data[start] == '!') {
+			for start < len(data) && data[start] != ' ' && data[start] != '\t' && data[start] != '\n' {
+				start++
+			}
+			for start < len(data) && (data[start] == ' ' || data[start] == '\t') {
+				start++
+			}
+		}
+		value := r.Value
 		switch {
 		case n.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0:
 			start++ // past the quote
 		case n.Style&(yaml.LiteralStyle|yaml.FoldedStyle) != 0:
 			return nil, fmt.Errorf("line %d: %q is a block scalar; write it on one line to have it rewritten", n.Line, n.Value)
+		case n.Value == "":
+			value = " " + value // an empty value sits right after its colon
 		}
 		end := start + len(n.Value)
 		if end > len(data) || string(data[start:end]) != n.Value {
 			return nil, fmt.Errorf("line %d: %q is not written as it reads (escapes or line folding); write it plainly on one line to have it rewritten", n.Line, n.Value)
 		}
-		spans = append(spans, span{start, end, r.Value})
+		spans = append(spans, span{start, end, value, n.Line})
 	}
 	sort.Slice(spans, func(i, j int) bool { return spans[i].start < spans[j].start })
 	var out bytes.Buffer
 	last := 0
 	for _, s := range spans {
 		if s.start < last {
-			return nil, fmt.Errorf("two replacements of one scalar")
+			return nil, fmt.Errorf("line %d: two replacements of one scalar", s.line)
 		}
 		out.Write(data[last:s.start])
 		out.WriteString(s.value)
 		last = s.end
 	}
 	out.Write(data[last:])
+	// What cannot be written in place must not leave a broken file.
+	if _, err := Documents(out.Bytes()); err != nil {
+		return nil, fmt.Errorf("the rewritten file would not parse (%v); pin the references by hand", err)
+	}
 	return out.Bytes(), nil
 }
 
 // offset is the byte offset of a 1-based line and rune column.
 func offset(data []byte, line, column int) (int, bool) {
 	off := 0
+	if line == 1 && bytes.HasPrefix(data, []byte("\uFEFF")) {
+		off = 3 // yaml.v3 does not count a byte order mark
+	}
 	for l := 1; l < line; l++ {
 		i := bytes.IndexByte(data[off:], '\n')
 		if i < 0 {
@@ -105,23 +126,11 @@ func offset(data []byte, line, column int) (int, bool) {
 	return off, true
 }
 
-// Walk calls visit for every node under n, parents first, with the mapping
-// that holds it and its key there (nil and "" outside a mapping).
-func Walk(n *yaml.Node, visit func(n, parent *yaml.Node, key string)) {
-	walk(n, nil, "", visit)
-}
-
-func walk(n, parent *yaml.Node, key string, visit func(n, parent *yaml.Node, key string)) {
-	visit(n, parent, key)
-	switch n.Kind {
-	case yaml.DocumentNode, yaml.SequenceNode:
-		for _, c := range n.Content {
-			walk(c, nil, "", visit)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			walk(n.Content[i+1], n, n.Content[i].Value, visit)
-		}
+// Walk calls visit for every node under n, parents first.
+func Walk(n *yaml.Node, visit func(n *yaml.Node)) {
+	visit(n)
+	for _, c := range n.Content {
+		Walk(c, visit)
 	}
 }
 
@@ -149,7 +158,8 @@ type Pushed struct {
 // every scalar that parses as a reference with that path, whatever its
 // registry, tag or digest (image: antrea/antrea-agent:v2), becomes
 // NAME@DIGEST; a mapping of Helm values with such a repository gets the
-// pushed repository and a digest or tag@digest beside it. It returns the
+// pushed repository (its host in a registry key beside it, if any) and a
+// digest or tag@digest beside it. It returns the
 // stream and how many references it pinned.
 func Resolve(data []byte, images map[string]Pushed) ([]byte, int, error) {
 	docs, err := Documents(data)
@@ -177,7 +187,7 @@ func Resolve(data []byte, images map[string]Pushed) ([]byte, int, error) {
 		return p, ok
 	}
 	for _, doc := range docs {
-		Walk(doc, func(n, parent *yaml.Node, key string) {
+		Walk(doc, func(n *yaml.Node) {
 			if done[n] {
 				return
 			}
@@ -187,17 +197,23 @@ func Resolve(data []byte, images map[string]Pushed) ([]byte, int, error) {
 				if !ok {
 					return
 				}
-				// Helm values: image: {repository: R, tag: T[, digest: D]}.
+				// Helm values: image: {[registry: H,] repository: R, tag: T[, digest: D]}.
 				pinned++
+				name := p.Name
+				if registry := Lookup(n, "registry"); registry != nil && registry.Kind == yaml.ScalarNode {
+					host, path, _ := strings.Cut(p.Name, "/")
+					replace(registry, host)
+					name = path
+				}
 				switch digest, tag := Lookup(n, "digest"), Lookup(n, "tag"); {
 				case digest != nil && digest.Kind == yaml.ScalarNode:
-					replace(repo, p.Name)
+					replace(repo, name)
 					replace(digest, p.Digest)
 				case tag != nil && tag.Kind == yaml.ScalarNode:
-					replace(repo, p.Name)
+					replace(repo, name)
 					replace(tag, p.Tag+"@"+p.Digest)
 				default:
-					replace(repo, p.Name+"@"+p.Digest)
+					replace(repo, name+"@"+p.Digest)
 				}
 				return
 			}

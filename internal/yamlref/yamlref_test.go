@@ -147,3 +147,26 @@ func TestResolveAfterWideCharacters(t *testing.T) {
 		t.Fatalf("got %q, %v; want %q", out, err, want)
 	}
 }
+
+// Helm values as charts write them: an empty digest, a registry key.
+func TestResolveHelmValuesShapes(t *testing.T) {
+	in := "agent:\n  image:\n    repository: antrea/antrea-agent\n    digest:\n    tag: v1\n" +
+		"controller:\n  image:\n    registry: docker.io\n    repository: antrea/antrea-controller\n    tag: v1\n"
+	want := "agent:\n  image:\n    repository: reg.example:5000/antrea/antrea-agent\n    digest: " + agentDigest + "\n    tag: v1\n" +
+		"controller:\n  image:\n    registry: reg.example:5000\n    repository: antrea/antrea-controller\n    tag: v2.1.0@" + ctlDigest + "\n"
+	out, n, err := yamlref.Resolve([]byte(in), pushed)
+	if err != nil || string(out) != want || n != 2 {
+		t.Fatalf("got %d, %v:\n%s\nwant:\n%s", n, err, out, want)
+	}
+}
+
+// An anchor or a tag before the value, and a byte order mark, stay.
+func TestResolveKeepsAnchorsTagsAndTheByteOrderMark(t *testing.T) {
+	in := "\uFEFFimage: antrea/antrea-agent\nfirst: &agent antrea/antrea-agent:v1\nsecond: *agent\nthird: !!str 'antrea/antrea-controller'\n"
+	want := "\uFEFFimage: reg.example:5000/antrea/antrea-agent@" + agentDigest + "\nfirst: &agent reg.example:5000/antrea/antrea-agent@" + agentDigest +
+		"\nsecond: *agent\nthird: !!str 'reg.example:5000/antrea/antrea-controller@" + ctlDigest + "'\n"
+	out, _, err := yamlref.Resolve([]byte(in), pushed)
+	if err != nil || string(out) != want {
+		t.Fatalf("got %v:\n%q\nwant:\n%q", err, out, want)
+	}
+}
