@@ -31,6 +31,9 @@ import (
 // on that daemon, asked for no cache, runs every step, whatever its key,
 // and equals the release made before the daemon saw the cache.
 func TestAReleaseTakesNothingFromTheDaemonsCache(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test: needs buildkitd") // each subtest would, and the later ones need the first
+	}
 	ctx := context.Background()
 	root := tinyRepo(t)
 	release := session.Options{Root: root, Platforms: "linux/amd64", Progress: "quiet", Stamp: true, Release: true}
