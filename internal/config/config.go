@@ -159,7 +159,7 @@ type Cache struct {
 	GoCacheTo   string `yaml:"gocacheTo"`
 	GoCacheFrom string `yaml:"gocacheFrom"`
 	GoCacheMax  string `yaml:"gocacheMax"`
-	// GoCacheKey pins the ed25519 public key (PEM file, relative to the
+	// GoCacheKey pins the cosign public key (cosign.pub, relative to the
 	// repository root) that every snapshot a build seeds from must be
 	// signed with; publishing then signs with KILN_GOCACHE_SIGNING_KEY.
 	GoCacheKey string `yaml:"gocacheKey"`
@@ -268,7 +268,7 @@ func Load(root string) (*Config, error) {
 	if c.Cache.GoCacheKey != "" {
 		path := filepath.Join(root, filepath.FromSlash(c.Cache.GoCacheKey))
 		if _, err := ReadPublicKey(path); err != nil {
-			return nil, fieldErr(File, "cache.gocacheKey", "%v; give the path of an ed25519 public key in PEM (openssl pkey -pubout)", err)
+			return nil, fieldErr(File, "cache.gocacheKey", "%v; give the path of the cosign.pub of a key pair from `cosign generate-key-pair`", err)
 		}
 		c.Cache.GoCacheKey = path
 	}

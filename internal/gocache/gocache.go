@@ -12,7 +12,6 @@ import (
 	"archive/tar"
 	"compress/gzip"
 	"context"
-	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -31,6 +30,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/sign"
 )
 
 // DefaultMax is the largest snapshot kiln publishes or fetches.
@@ -88,9 +88,10 @@ type FetchOptions struct {
 	Credentials func(host string) (string, string, error)
 	// Max is the largest snapshot accepted, in bytes; DefaultMax when 0.
 	Max int64
-	// PublicKey, when set, is the only key a snapshot may be signed with;
-	// an unsigned or wrongly signed snapshot is refused before download.
-	PublicKey ed25519.PublicKey
+	// Verifier, when set, holds the only key a snapshot may be signed
+	// with; an unsigned or wrongly signed snapshot is refused before
+	// download.
+	Verifier *sign.Verifier
 }
 
 func newResolver(opts FetchOptions) remotes.Resolver {
@@ -128,9 +129,11 @@ func Fetch(ctx context.Context, repo string, tags []string, cacheDir string, opt
 		if layer.Size > opts.Max {
 			return nil, fmt.Errorf("%s: the snapshot is %d bytes, over the cap of %d", ref, layer.Size, opts.Max)
 		}
-		if opts.PublicKey != nil {
-			if err := verifySignature(ctx, resolver, ref, layer.Digest, opts.PublicKey); err != nil {
-				return nil, err
+		// A cosign signature of the manifest, which names the layer by
+		// its digest: `cosign verify --key cosign.pub REF` checks the same.
+		if opts.Verifier != nil {
+			if err := opts.Verifier.VerifyImage(ctx, resolver, repo, desc.Digest); err != nil {
+				return nil, fmt.Errorf("%s: %w; it must be signed with the key cache.gocacheKey pins", ref, err)
 			}
 		}
 		s, err := download(ctx, fetcher, layer, cacheDir, opts.Max)

@@ -2,7 +2,6 @@ package gocache
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"os"
@@ -10,21 +9,28 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client/llb"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/sign"
 )
 
-// SigningKeyEnv names the ed25519 private key (PEM) that signs published
-// Go cache snapshots.
-const SigningKeyEnv = "KILN_GOCACHE_SIGNING_KEY"
+// SigningKeyEnv names the cosign key (a cosign.key file, or env://VAR)
+// that signs published Go cache snapshots; SigningPasswordEnv its
+// password, else COSIGN_PASSWORD.
+const (
+	SigningKeyEnv      = "KILN_GOCACHE_SIGNING_KEY"
+	SigningPasswordEnv = "KILN_GOCACHE_SIGNING_PASSWORD"
+)
 
 // Result is a published Go cache snapshot.
 type Result struct {
 	Refs   []string `json:"refs"`
 	Digest string   `json:"digest"`
-	// Signed is true when a signature was pushed beside it (<tag>.sig).
+	// Signed is true when a cosign signature of it was pushed
+	// (sha256-<hex>.sig).
 	Signed bool `json:"signed"`
 }
 
@@ -54,26 +60,30 @@ func SeededCacheID(shared, snapshotDigest string) string {
 // Keys reads the pinned snapshot key (pinnedPath: -gocachekey, else
 // cache.gocacheKey) and, when publishing, the signing key of SigningKeyEnv,
 // which must match the pinned one.
-func Keys(pinnedPath string, publishing bool) (ed25519.PublicKey, ed25519.PrivateKey, error) {
-	var pinned ed25519.PublicKey
+func Keys(pinnedPath string, publishing bool) (*sign.Verifier, *sign.Signer, error) {
+	var pinned *sign.Verifier
 	if path := pinnedPath; path != "" {
 		var err error
-		if pinned, err = config.ReadPublicKey(path); err != nil {
+		if pinned, err = sign.LoadPublicKey(path); err != nil {
 			return nil, nil, fmt.Errorf("cache.gocacheKey: %w", err)
 		}
 	}
 	path := os.Getenv(SigningKeyEnv)
 	if !publishing || path == "" {
 		if publishing && pinned != nil {
-			return nil, nil, fmt.Errorf("%s: cache.gocacheKey pins a key, so published snapshots must be signed: set %s to the matching ed25519 private key (PEM)", config.File, SigningKeyEnv)
+			return nil, nil, fmt.Errorf("%s: cache.gocacheKey pins a key, so published snapshots must be signed: set %s to the matching cosign.key (or env://VAR) and its password in %s or COSIGN_PASSWORD", config.File, SigningKeyEnv, SigningPasswordEnv)
 		}
 		return pinned, nil, nil
 	}
-	signing, err := config.ReadPrivateKey(path)
+	password, ok := os.LookupEnv(SigningPasswordEnv)
+	if !ok {
+		password = os.Getenv("COSIGN_PASSWORD")
+	}
+	signing, err := sign.LoadKey(path, []byte(password))
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", SigningKeyEnv, err)
 	}
-	if pinned != nil && !pinned.Equal(signing.Public()) {
+	if pinned != nil && !pinned.Matches(signing) {
 		return nil, nil, fmt.Errorf("%s=%s does not match the public key cache.gocacheKey pins", SigningKeyEnv, path)
 	}
 	return pinned, signing, nil
@@ -82,13 +92,13 @@ func Keys(pinnedPath string, publishing bool) (ed25519.PublicKey, ed25519.Privat
 // Seed fetches the best snapshot in repo for the plan's toolchain and Go
 // environment, nil when there is none or it is refused: any failure is a
 // warning, and the build goes on without it (slower, never wrong).
-func Seed(ctx context.Context, repo string, p *plan.Plan, cacheDir string, max int64, key ed25519.PublicKey) *Snapshot {
+func Seed(ctx context.Context, repo string, p *plan.Plan, cacheDir string, max int64, key *sign.Verifier) *Snapshot {
 	repo, plainHTTP, err := Repo(repo, "-gocachefrom")
 	if err != nil {
 		log.G(ctx).Warnf("Go cache snapshot: %v; building without it", err)
 		return nil
 	}
-	snap, err := Fetch(ctx, repo, Tags(p), cacheDir, FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials(), Max: max, PublicKey: key})
+	snap, err := Fetch(ctx, repo, Tags(p), cacheDir, FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials(), Max: max, Verifier: key})
 	switch {
 	case errors.Is(err, ErrNotFound):
 		log.G(ctx).Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
@@ -107,8 +117,8 @@ type Push func(ctx context.Context, name string, st llb.State, refs []string, ex
 
 // Publish pushes snapshot, the Go cache entries of the plan's packages, as
 // a one-layer image tagged with Tags in repo, and, with a signing key, its
-// signature under <tag>.sig of each tag.
-func Publish(ctx context.Context, repo string, p *plan.Plan, snapshot llb.State, signing ed25519.PrivateKey, push Push) (*Result, error) {
+// cosign signature (sha256-<hex>.sig), which `cosign verify --key` checks.
+func Publish(ctx context.Context, repo string, p *plan.Plan, snapshot llb.State, signing *sign.Signer, push Push) (*Result, error) {
 	repo, plainHTTP, err := Repo(repo, "-gocacheto")
 	if err != nil {
 		return nil, err
@@ -125,18 +135,13 @@ func Publish(ctx context.Context, repo string, p *plan.Plan, snapshot llb.State,
 	if signing == nil {
 		return res, nil
 	}
-	layer, err := LayerDigest(ctx, refs[0], FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials()})
+	sig, err := signing.SignatureLayer(repo, digest.Digest(dgst))
 	if err != nil {
+		return nil, err
+	}
+	resolver := newResolver(FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials()})
+	if _, err := sign.Attach(ctx, resolver, repo, digest.Digest(dgst), "sig", []sign.Layer{sig}); err != nil {
 		return nil, fmt.Errorf("sign the Go cache snapshot %s: %w", refs[0], err)
-	}
-	var sigRefs []string
-	for _, ref := range refs {
-		sigRefs = append(sigRefs, SignatureTag(ref))
-	}
-	st := llb.Scratch().File(llb.Mkfile("/"+SignatureFile, 0o644, Sign(signing, layer), llb.WithCreatedTime(p.Created())),
-		llb.WithCustomName("[go cache] snapshot signature"))
-	if _, err := push(ctx, "gocache-signature", st, sigRefs, false); err != nil {
-		return nil, fmt.Errorf("push the Go cache snapshot signature: %w", err)
 	}
 	res.Signed = true
 	return res, nil

@@ -5,11 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -30,6 +26,7 @@ import (
 	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
@@ -92,6 +89,11 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 			t.Fatalf("the cold build on A did not compile the module's packages? compiled %v", got)
 		}
 		published = out.GoCache
+		// One key story: the snapshot's signature is cosign's.
+		cosign := exec.Command(testdaemon.Cosign(t), "verify", "--key", pub, "--insecure-ignore-tlog", published.Refs[0])
+		if out, err := cosign.CombinedOutput(); err != nil {
+			t.Errorf("cosign verify --key of the published snapshot: %v\n%s", err, out)
+		}
 	})
 	if published == nil {
 		t.FailNow()
@@ -191,6 +193,16 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 			tags = append(tags, strings.TrimPrefix(ref, repo+":"))
 		}
 		reg.PushLayer(t, "kiln/gocache", tags, planted)
+		// And replays the real snapshot's signature beside it.
+		plantedDigest, _, _, err := reg.Manifest("kiln/gocache", tags[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, sigType, sigManifest, err := reg.Manifest("kiln/gocache", strings.Replace(published.Digest, ":", "-", 1)+".sig")
+		if err != nil {
+			t.Fatalf("the published snapshot has no cosign signature: %v", err)
+		}
+		reg.PutManifest(t, "kiln/gocache", strings.Replace(plantedDigest, ":", "-", 1)+".sig", sigType, sigManifest)
 		testdaemon.Buildkit(t)
 		freshKilnCacheWithStepTool(t)
 		binaryOf := func(out *session.BinariesOutcome) []byte {
@@ -230,7 +242,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 		for _, e := range hook.AllEntries() {
 			logs.WriteString(e.Message + "\n")
 		}
-		if len(out.Ran("seed")) != 0 || !strings.Contains(logs.String(), "signature does not verify") {
+		if len(out.Ran("seed")) != 0 || !strings.Contains(logs.String(), "no signature in") || !strings.Contains(logs.String(), "names this digest") {
 			t.Errorf("with a pinned key the planted snapshot was not refused; kiln logged:\n%s", logs.String())
 		}
 	})
@@ -311,19 +323,20 @@ func freshKilnCacheWithStepTool(t *testing.T) {
 	})
 }
 
-// keyPair writes an ed25519 key pair as PEM files and returns their paths.
+// keyPair writes a cosign key pair (cosign.key, cosign.pub), the private
+// key encrypted with the password KILN_GOCACHE_SIGNING_PASSWORD gives, and
+// returns their paths.
 func keyPair(t *testing.T) (pub, priv string) {
 	t.Helper()
-	pk, sk, err := ed25519.GenerateKey(rand.Reader)
+	sk, pk, err := sign.GenerateKeyPair([]byte("snapshot-pass"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	pubDER, _ := x509.MarshalPKIXPublicKey(pk)
-	privDER, _ := x509.MarshalPKCS8PrivateKey(sk)
 	dir := t.TempDir()
-	pub, priv = filepath.Join(dir, "gocache.pub"), filepath.Join(dir, "gocache.key")
-	os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644)
-	os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600)
+	pub, priv = filepath.Join(dir, "cosign.pub"), filepath.Join(dir, "cosign.key")
+	os.WriteFile(pub, pk, 0o644)
+	os.WriteFile(priv, sk, 0o600)
+	t.Setenv(gocache.SigningPasswordEnv, "snapshot-pass")
 	return pub, priv
 }
 

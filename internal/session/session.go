@@ -9,7 +9,6 @@ package session
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +33,7 @@ import (
 	"github.com/kiln-build/kiln/internal/golang/vendorarchive"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/uptodate"
 )
 
@@ -54,8 +54,8 @@ type Session struct {
 	goCacheMax int64
 	// goCacheKey is the pinned key seeded snapshots must be signed with;
 	// signingKey signs published ones.
-	goCacheKey ed25519.PublicKey
-	signingKey ed25519.PrivateKey
+	goCacheKey *sign.Verifier
+	signingKey *sign.Signer
 	// registries are the hosts whose credentials the daemon may ask for.
 	registries []string
 	// sideEffects is true when the build imports, exports or seeds a cache:
@@ -120,8 +120,8 @@ type Prepared struct {
 	// goCacheFrom the Go cache snapshot repositories, with their keys.
 	cacheTo, cacheFrom     []client.CacheOptionsEntry
 	goCacheTo, goCacheFrom string
-	goCacheKey             ed25519.PublicKey
-	signingKey             ed25519.PrivateKey
+	goCacheKey             *sign.Verifier
+	signingKey             *sign.Signer
 	// plan is resolved for planned, with its local sources.
 	plan    *plan.Plan
 	planned ocispec.Platform

@@ -153,6 +153,16 @@ func LoadPublicKey(path string) (*Verifier, error) {
 	return &Verifier{v: v, path: path}, nil
 }
 
+// Matches tells whether the signer's key is the verifier's.
+func (v *Verifier) Matches(s *Signer) bool {
+	a, errA := v.v.PublicKey()
+	b, errB := s.sv.PublicKey()
+	if errA != nil || errB != nil {
+		return false
+	}
+	return cryptoutils.EqualKeys(a, b) == nil
+}
+
 // Verifier of the signer's own key.
 func (s *Signer) Verifier() *Verifier { return &Verifier{v: s.sv, path: "the signing key"} }
 
