@@ -327,7 +327,8 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //	                        default a release reads no cache and every step
 //	                        re-runs, on an empty Go cache of its own
 //	-metadata=FILE          write the release summary as JSON: version, commit,
-//	                        images with index and platform digests, assets
+//	                        images with index and platform digests and the
+//	                        signatures and attestations attached, assets
 //	                        with their sha256
 func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool, metadata *string) error {
 	o := cli.Options(nil, nil, progress)

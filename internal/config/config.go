@@ -121,7 +121,7 @@ func (s Stamp) StampVariables() [][2]string {
 }
 
 // Signing names the cosign key pair a release is signed with. Paths are
-// relative to the repository root; KILN_SIGNING_KEY overrides Key, which
+// relative to the repository root, or env://VAR; KILN_SIGNING_KEY overrides Key, which
 // usually lives outside the repository.
 type Signing struct {
 	Key       string `yaml:"key" json:"key,omitempty"`

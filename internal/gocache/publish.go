@@ -57,8 +57,8 @@ func SeededCacheID(shared, snapshotDigest string) string {
 	return shared + "-seed-" + hex
 }
 
-// Keys reads the pinned snapshot key (pinnedPath: -gocachekey, else
-// cache.gocacheKey) and, when publishing, the signing key of SigningKeyEnv,
+// Keys reads the pinned snapshot key (pinnedPath: session.Options.GoCacheKey,
+// else cache.gocacheKey) and, when publishing, the signing key of SigningKeyEnv,
 // which must match the pinned one.
 func Keys(pinnedPath string, publishing bool) (*sign.Verifier, *sign.Signer, error) {
 	var pinned *sign.Verifier

@@ -32,7 +32,7 @@ type VerifyReleaseOptions struct {
 	PushOptions
 	// Version is the released version: a git tag of this repository.
 	Version string
-	// PublicKey is the cosign.pub to check signatures with; kiln.yaml's
+	// PublicKey is the cosign.pub (or env://VAR) to check signatures with; kiln.yaml's
 	// signing.publicKey when empty.
 	PublicKey string
 	// Assets is a folder holding the release assets with SHA256SUMS and

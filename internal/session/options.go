@@ -59,8 +59,8 @@ type Options struct {
 	// empty Go cache of its own (Session.Isolated), whatever the daemon's
 	// local cache holds.
 	Release, TrustCaches bool
-	// GoCacheKey overrides cache.gocacheKey: the ed25519 public key (PEM)
-	// every seeded snapshot must be signed with.
+	// GoCacheKey overrides cache.gocacheKey: the cosign public key
+	// (cosign.pub, or env://VAR) every seeded snapshot must be signed with.
 	GoCacheKey string
 	// GoCacheUnsigned seeds from snapshots no pinned key signed, as
 	// cache.gocacheUnsigned does.

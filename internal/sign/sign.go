@@ -24,8 +24,8 @@ import (
 	"github.com/sigstore/sigstore/pkg/signature"
 )
 
-// Environment variables for the key: its path (else kiln.yaml's
-// signing.key) and its password (else COSIGN_PASSWORD, as cosign reads it).
+// Environment variables for the key: its path or env://VAR (else
+// kiln.yaml's signing.key) and its password (else COSIGN_PASSWORD, as cosign reads it).
 const (
 	KeyEnv      = "KILN_SIGNING_KEY"
 	PasswordEnv = "KILN_SIGNING_PASSWORD"

@@ -159,8 +159,8 @@ type Pushed struct {
 // registry, tag or digest (image: antrea/antrea-agent:v2), becomes
 // NAME@DIGEST; a mapping of Helm values with such a repository gets the
 // pushed repository (its host in a registry key beside it, if any) and a
-// digest or tag@digest beside it. It returns the
-// stream and how many references it pinned.
+// digest, or tag@digest, beside it, or NAME@DIGEST as its repository when
+// it has neither. It returns the stream and how many references it pinned.
 func Resolve(data []byte, images map[string]Pushed) ([]byte, int, error) {
 	docs, err := Documents(data)
 	if err != nil {

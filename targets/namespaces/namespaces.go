@@ -1,6 +1,6 @@
 // Package namespaces is kiln's namespaced mage targets: images:load,
-// images:smoke, images:push, verify:repro, release:verify, bench:compare
-// and buildkit:*.
+// images:pin, images:smoke, images:push, images:resolve, verify:repro,
+// release:verify, bench:compare and buildkit:*.
 // They live apart from package targets because mage names a namespace after
 // its type, and a type Images cannot sit beside the images target in one
 // package; import both (see package targets).
@@ -25,7 +25,7 @@ import (
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
-// Images loads, smoke-runs and pushes the images.
+// Images loads, pins, smoke-runs, pushes and resolves the images.
 type Images mg.Namespace
 
 // Streams every image into containerd: all platforms, index digest intact.
@@ -133,8 +133,9 @@ func (Images) Resolve(ctx context.Context, f *string, o *string, registry *strin
 
 // Pins every image's base to the digest its tag names now.
 //
-// Writes REGISTRY/NAME:TAG@sha256:… into each image.yaml whose base has no
-// digest yet; credentials come from the Docker config (DOCKER_CONFIG).
+// Writes REGISTRY/NAME:TAG@sha256:… into each image.yaml for base: and each
+// bases: entry that has no digest yet; credentials come from the Docker
+// config (DOCKER_CONFIG).
 func (Images) Pin(ctx context.Context) error {
 	cli.Logging()
 	root, err := os.Getwd()
