@@ -203,17 +203,9 @@ func fallbackTag(d digest.Digest) string {
 
 func fetchIndex(ctx context.Context, resolver remotes.Resolver, ref string) (ocispec.Index, error) {
 	var idx ocispec.Index
-	_, desc, err := resolver.Resolve(ctx, ref)
+	_, data, err := fetchTagged(ctx, resolver, ref)
 	if err != nil {
 		return idx, err
-	}
-	f, err := resolver.Fetcher(ctx, ref)
-	if err != nil {
-		return idx, err
-	}
-	data, err := buildkit.ReadBlob(ctx, f, desc, maxObject)
-	if err != nil {
-		return idx, fmt.Errorf("%s: %w", ref, err)
 	}
 	if err := json.Unmarshal(data, &idx); err != nil {
 		return idx, fmt.Errorf("%s: not an index: %w", ref, err)

@@ -104,22 +104,32 @@ func push(ctx context.Context, pusher remotes.Pusher, d ocispec.Descriptor, data
 	return nil
 }
 
+// fetchTagged reads what a tag names, bounded and checked against its
+// digest; errdefs.ErrNotFound when the tag is absent.
+func fetchTagged(ctx context.Context, resolver remotes.Resolver, ref string) (remotes.Fetcher, []byte, error) {
+	_, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	fetcher, err := resolver.Fetcher(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	data, err := buildkit.ReadBlob(ctx, fetcher, desc, maxObject)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	return fetcher, data, nil
+}
+
 // Fetch returns the layers of the repository's sha256-<hex>.<kind>
 // manifest, each checked against its digest; errdefs.ErrNotFound when
 // there is none.
 func Fetch(ctx context.Context, resolver remotes.Resolver, repository string, subject digest.Digest, kind string) ([]Layer, error) {
 	ref := repository + ":" + Tag(subject, kind)
-	_, desc, err := resolver.Resolve(ctx, ref)
+	fetcher, data, err := fetchTagged(ctx, resolver, ref)
 	if err != nil {
 		return nil, err
-	}
-	fetcher, err := resolver.Fetcher(ctx, ref)
-	if err != nil {
-		return nil, err
-	}
-	data, err := buildkit.ReadBlob(ctx, fetcher, desc, maxObject)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(data, &m); err != nil {
