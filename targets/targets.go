@@ -308,12 +308,14 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 // The release pipeline: stamped release assets and every image pushed.
 //
 // Stamps version (git describe or VERSION), commit and tree state (a dirty
-// tree refuses unless -force); writes the release assets (kiln.yaml
-// release.assets; none, and no SHA256SUMS, when it names none) with
-// SHA256SUMS and SHA256SUMS.sig under _output/release/<version>/; pushes every image for every platform of
+// tree refuses unless -force); pushes every image for every platform of
 // release.platforms (default: platforms); signs every index and platform
 // manifest and attaches a signed SLSA v1 provenance and SPDX SBOMs, all
-// verifiable with cosign. The key is KILN_SIGNING_KEY (or kiln.yaml
+// verifiable with cosign; writes the release assets with SHA256SUMS and
+// SHA256SUMS.sig under _output/release/<version>/: the binaries of kiln.yaml
+// release.assets and the YAML files of release.manifests with every
+// reference to one of the images pinned to its digest, as images:resolve
+// pins them (no folder when both name none). The key is KILN_SIGNING_KEY (or kiln.yaml
 // signing.key), a cosign.key whose password is in KILN_SIGNING_PASSWORD (or
 // COSIGN_PASSWORD).
 //
@@ -329,7 +331,7 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //	-metadata=FILE          write the release summary as JSON: version, commit,
 //	                        images with index and platform digests and the
 //	                        signatures and attestations attached, assets
-//	                        with their sha256
+//	                        and manifests with their sha256
 func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool, metadata *string) error {
 	o := cli.Options(nil, nil, progress)
 	r := publish.ReleaseOptions{
@@ -352,6 +354,13 @@ func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify 
 	}
 	for _, a := range sum.Assets {
 		fmt.Printf("  asset %s/%s %s\n", sum.AssetsDir, a.Name, a.SHA256)
+	}
+	for _, m := range sum.Manifests {
+		pinned := ""
+		if !sum.DryRun {
+			pinned = fmt.Sprintf(" %s (%d references pinned)", m.SHA256, m.References)
+		}
+		fmt.Printf("  manifest %s/%s from %s%s\n", sum.AssetsDir, m.Name, m.Source, pinned)
 	}
 	if !sum.DryRun && len(sum.Images) > 0 {
 		fmt.Printf("signed; check with the public key:\n  cosign verify --key cosign.pub --insecure-ignore-tlog %s\n", sum.Images[0].Refs[0])

@@ -291,9 +291,14 @@ source: https://example.com/antrea
 	if out, err := mage(t, repo, "images:resolve", "-f="+filepath.Join(deploy, "..", "broken"), "-registry="+reg.Addr); err == nil || !strings.Contains(out, "a.yaml") || !strings.Contains(out, "line 1") {
 		t.Errorf("images:resolve of a broken manifest: %v\n%s", err, out)
 	}
+	// A manifest that names none of the images fails before the build.
+	modfixture.Write(t, filepath.Join(deploy, "..", "other"), map[string]string{"a.yaml": "image: busybox:1.36\n"})
+	if out, err := mage(t, repo, "images:resolve", "-f="+filepath.Join(deploy, "..", "other"), "-registry="+reg.Addr); err == nil || !strings.Contains(out, "no reference to antrea/antrea-agent, antrea/antrea-controller") || strings.Contains(out, "go build") {
+		t.Errorf("images:resolve of a manifest naming no image: %v\n%s", err, out)
+	}
 	resolvedDir := filepath.Join(repo, "_output", "resolved")
 	if _, err := os.Stat(resolvedDir); err == nil {
-		t.Errorf("images:resolve of a broken manifest wrote %s", resolvedDir)
+		t.Errorf("images:resolve of a broken manifest, or one naming no image, wrote %s", resolvedDir)
 	}
 	resolved := run("images:resolve", "-f="+deploy, "-registry="+reg.Addr, "-platforms=linux/amd64,linux/arm64", "-progress=quiet")
 	pushedDigest := map[string]string{}

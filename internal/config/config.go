@@ -139,11 +139,26 @@ const (
 )
 
 // Release is what `mage release` publishes: every image for Platforms
-// (default: the build's platforms), and each binary of Assets as a release
-// file for each platform listed under it.
+// (default: the build's platforms), each binary of Assets as a release
+// file for each platform listed under it, and the YAML files of Manifests
+// with the images pinned to the digests pushed.
 type Release struct {
 	Platforms []string            `yaml:"platforms" json:"platforms"`
 	Assets    map[string][]string `yaml:"assets" json:"assets,omitempty"`
+	// Manifests are YAML files, or folders of them, relative to the
+	// repository root (Kubernetes manifests, Helm values); each ships as a
+	// release asset under its file name, pinned as images:resolve pins.
+	Manifests []string `yaml:"manifests" json:"manifests,omitempty"`
+	// ManifestFiles are the files Manifests names, set by Load.
+	ManifestFiles []ManifestFile `yaml:"-" json:"-"`
+}
+
+// ManifestFile is one YAML file a release ships pinned.
+type ManifestFile struct {
+	// Path is relative to the repository root, with slashes.
+	Path string
+	// Name is the release asset's name: the file's name.
+	Name string
 }
 
 // Cache holds the ids of the persistent cache mounts.
@@ -264,6 +279,9 @@ func Load(root string) (*Config, error) {
 		if err := images[i].validate(&c, root); err != nil {
 			return nil, err
 		}
+	}
+	if err := c.Release.findManifests(root); err != nil {
+		return nil, err
 	}
 	if c.Cache.GoCacheKey != "" {
 		path := filepath.Join(root, filepath.FromSlash(c.Cache.GoCacheKey))
@@ -485,6 +503,58 @@ func (r *Release) validate(c *Config) error {
 			}
 			named[file] = id
 			r.Assets[name][i] = id
+		}
+	}
+	return nil
+}
+
+// findManifests finds the files of release.manifests, each inside the
+// repository and shipped under a name no other asset has.
+func (r *Release) findManifests(root string) error {
+	f := File
+	names := map[string]string{"SHA256SUMS": "the checksums", "SHA256SUMS.sig": "their signature"}
+	for bin, platforms := range r.Assets {
+		for _, platform := range platforms {
+			names[AssetName(bin, platform)] = "the binary " + bin + " for " + platform
+		}
+	}
+	r.ManifestFiles = nil
+	for i, m := range r.Manifests {
+		field := fmt.Sprintf("release.manifests[%d]", i)
+		src := filepath.Join(root, filepath.FromSlash(m))
+		if m == "" || filepath.IsAbs(m) || !within(root, src) {
+			return fieldErr(f, field, "%q must be a path relative to the repository root that stays inside it, e.g. build/yamls/antrea.yml", m)
+		}
+		fi, err := os.Stat(src)
+		if err != nil {
+			return fieldErr(f, field, "%s does not exist", m)
+		}
+		if real, err := filepath.EvalSymlinks(src); err != nil || !within(mustEval(root), real) {
+			return fieldErr(f, field, "%s leads outside the repository", m)
+		}
+		var files []string
+		if !fi.IsDir() {
+			files = []string{src}
+		} else {
+			filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+				if err == nil && !d.IsDir() && (strings.HasSuffix(p, ".yaml") || strings.HasSuffix(p, ".yml")) {
+					files = append(files, p)
+				}
+				return nil
+			})
+			if len(files) == 0 {
+				return fieldErr(f, field, "%s holds no .yaml or .yml file", m)
+			}
+		}
+		for _, file := range files {
+			rel, _ := filepath.Rel(root, file)
+			rel = filepath.ToSlash(rel)
+			name := filepath.Base(file)
+			if other, ok := names[name]; ok {
+				return fieldErr(f, field, "%s would ship as %s, as %s does; rename one (release assets are one folder)", rel, name, other)
+			}
+			names[name] = rel
+			r.ManifestFiles = append(r.ManifestFiles, ManifestFile{Path: rel, Name: name})
 		}
 	}
 	return nil

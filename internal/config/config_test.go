@@ -122,6 +122,26 @@ func TestLoadRepositoryConfig(t *testing.T) {
 	}
 }
 
+// TestReleaseManifests: a folder of release.manifests ships each YAML file
+// in it, searched through, under its name; other files stay behind.
+func TestReleaseManifests(t *testing.T) {
+	root := repo(t, map[string]string{
+		File:                           strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls, deploy/values.yaml]", 1),
+		"build/yamls/antrea.yml":       "x: 1\n",
+		"build/yamls/windows/win.yaml": "x: 2\n",
+		"build/yamls/README.md":        "not shipped",
+		"deploy/values.yaml":           "x: 3\n",
+	})
+	c, err := Load(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ManifestFile{{"build/yamls/antrea.yml", "antrea.yml"}, {"build/yamls/windows/win.yaml", "win.yaml"}, {"deploy/values.yaml", "values.yaml"}}
+	if !slices.Equal(c.Release.ManifestFiles, want) {
+		t.Errorf("release.manifests found %v, want %v", c.Release.ManifestFiles, want)
+	}
+}
+
 func TestLoadBadInput(t *testing.T) {
 	img := "images/antrea-agent/image.yaml"
 	kiln := func(old, new string) map[string]string {
@@ -168,6 +188,11 @@ func TestLoadBadInput(t *testing.T) {
 		{"asset for no platform", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: []"), []string{File, "release.assets.antctl", "no platforms"}},
 		{"two assets of one name", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/arm/v7, linux/arm/v6]"), []string{File, "release.assets.antctl[1]", "linux/arm/v7 and linux/arm/v6 both ship as antctl-linux-arm"}},
 		{"asset platform unsupported", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/amd64, plan9/mips]"), []string{File, "release.assets.antctl[1]", "unsupported platform"}},
+		{"manifest outside the repository", kiln("tag: latest", "tag: latest\nrelease:\n  manifests: [../antrea.yml]"), []string{File, "release.manifests[0]", "stays inside it"}},
+		{"missing manifest", kiln("tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls/antrea.yml]"), []string{File, "release.manifests[0]", "build/yamls/antrea.yml does not exist"}},
+		{"manifest folder without YAML", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls]", 1), "build/yamls/README": "x"}, []string{File, "release.manifests[0]", "no .yaml or .yml"}},
+		{"two manifests of one name", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls, deploy/antrea.yml]", 1), "build/yamls/antrea.yml": "x: 1\n", "deploy/antrea.yml": "x: 2\n"}, []string{File, "release.manifests[1]", "deploy/antrea.yml would ship as antrea.yml, as build/yamls/antrea.yml does"}},
+		{"manifest named as a binary asset", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/amd64]\n  manifests: [deploy/antctl-linux-x86_64]", 1), "deploy/antctl-linux-x86_64": "x: 1\n"}, []string{File, "release.manifests[0]", "as the binary antctl for linux/amd64 does"}},
 		{"bad binary name", kiln("name: antrea-agent", "name: Antrea Agent"), []string{File, "binaries[1].name"}},
 		{"package outside module", kiln("package: ./cmd/antctl", "package: ../other"), []string{File, "binaries[0].package"}},
 		{"no binaries", kiln("binaries:\n  - name: antctl\n    package: ./cmd/antctl\n  - name: antrea-agent\n    package: ./cmd/antrea-agent\n", "binaries: []\n"), []string{File, "binaries", "missing"}},

@@ -415,6 +415,18 @@ func (p *Plan) stampFlags(cfg *config.Config) {
 
 // untracked are the files the build reads that git does not track, for a
 // stamped build: a tree holding them is not the commit it names.
+// UntrackedOf are those of the files (relative to the root, with slashes)
+// that git does not track, in order.
+func (p *Plan) UntrackedOf(files []string) []string {
+	var out []string
+	for _, f := range files {
+		if p.host.Git.Tracked != nil && !p.host.Git.Tracked[f] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 func (p *Plan) untracked() []string {
 	tracked := p.host.Git.Tracked
 	if tracked == nil {

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/sign"
 )
 
@@ -20,7 +20,7 @@ func TestCheckAssets(t *testing.T) {
 	keys := t.TempDir()
 	signer, verifier := keyPair(t, keys, "release")
 	_, foreign := keyPair(t, keys, "other")
-	assets := []image.Asset{{Binary: "antctl", Platform: "linux/amd64", Name: "antctl-linux-x86_64"}, {Binary: "antctl", Platform: "windows/amd64", Name: "antctl-windows-x86_64.exe"}}
+	assets := []string{"antctl-linux-x86_64", "antctl-windows-x86_64.exe"}
 	// release writes them so: the files, SHA256SUMS and its signature.
 	write := func(t *testing.T, files map[string]string, listed ...string) string {
 		dir := t.TempDir()
@@ -90,6 +90,41 @@ func TestCheckAssets(t *testing.T) {
 			t.Errorf("problems %q", problems)
 		}
 	})
+}
+
+// TestCheckManifests: release:verify accepts a manifest pinned to the
+// digests the registry serves, and refuses one pinned to others or
+// another file than the tag's.
+func TestCheckManifests(t *testing.T) {
+	root := t.TempDir()
+	source := "# the agent\nimage: antrea/antrea-agent:latest # kept\n---\nimage: antrea/antrea-controller\n"
+	os.MkdirAll(filepath.Join(root, "build", "yamls"), 0o755)
+	os.WriteFile(filepath.Join(root, "build", "yamls", "antrea.yml"), []byte(source), 0o644)
+	files := []config.ManifestFile{{Path: "build/yamls/antrea.yml", Name: "antrea.yml"}}
+	agent, controller := "sha256:"+strings.Repeat("a", 64), "sha256:"+strings.Repeat("c", 64)
+	images := []VerifiedImage{
+		{Name: "antrea-agent", Ref: "reg.example:5000/antrea/antrea-agent:v1.0.0", Digest: agent},
+		{Name: "antrea-controller", Ref: "reg.example:5000/antrea/antrea-controller:v1.0.0", Digest: controller},
+	}
+	released := "# the agent\nimage: reg.example:5000/antrea/antrea-agent@" + agent + " # kept\n---\nimage: reg.example:5000/antrea/antrea-controller@" + controller + "\n"
+	sums := func(content string) map[string]string {
+		return map[string]string{"antrea.yml": fmt.Sprintf("%x", sha256.Sum256([]byte(content)))}
+	}
+	if compared, problems := checkManifests(root, files, "antrea", images, sums(released)); len(problems) > 0 || !slices.Equal(compared, []string{"antrea.yml"}) {
+		t.Errorf("the manifest as released: compared %v, problems %v", compared, problems)
+	}
+	swapped := strings.NewReplacer(agent, controller, controller, agent).Replace(released)
+	if _, problems := checkManifests(root, files, "antrea", images, sums(swapped)); len(problems) != 1 || !strings.Contains(problems[0], "antrea.yml: SHA256SUMS says") {
+		t.Errorf("a manifest pinned to other digests: %v", problems)
+	}
+	other := slices.Clone(images)
+	other[0].Digest = "sha256:" + strings.Repeat("b", 64)
+	if _, problems := checkManifests(root, files, "antrea", other, sums(released)); len(problems) != 1 {
+		t.Errorf("the registry serving another agent: %v", problems)
+	}
+	if _, problems := checkManifests(root, files, "antrea", images, sums(strings.Replace(released, "# kept", "# edited", 1))); len(problems) != 1 {
+		t.Errorf("a manifest edited beyond its references: %v", problems)
+	}
 }
 
 // keyPair writes a cosign key pair named name under dir.

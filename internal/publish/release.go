@@ -20,6 +20,7 @@ import (
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
+	"github.com/kiln-build/kiln/internal/yamlref"
 )
 
 // ReleaseOptions control `mage release`.
@@ -45,17 +46,20 @@ type ReleaseSummary struct {
 	Caches    string       `json:"caches"`
 	Images    []PushResult `json:"images"`
 	Platforms []string     `json:"platforms"`
-	// AssetsDir is empty when release.assets names none.
-	AssetsDir string        `json:"assetsDir,omitempty"`
-	Assets    []image.Asset `json:"assets"`
+	// AssetsDir is empty when release.assets and release.manifests name
+	// none.
+	AssetsDir string             `json:"assetsDir,omitempty"`
+	Assets    []image.Asset      `json:"assets"`
+	Manifests []ReleasedManifest `json:"manifests,omitempty"`
 }
 
-// Release stamps the build (version, commit, tree state), writes the
-// release assets with SHA256SUMS and its signature under
-// <out>/release/<version>/, pushes every image for every release platform,
-// and signs each index and platform manifest and attaches a signed SLSA v1
-// provenance and SPDX SBOMs, as cosign stores them. The indexes hold only
-// the images, so a rebuild of the same commit has the same digests.
+// Release stamps the build (version, commit, tree state), pushes every
+// image for every release platform, signs each index and platform
+// manifest and attaches a signed SLSA v1 provenance and SPDX SBOMs, as
+// cosign stores them, then writes the release assets (binaries, and the
+// manifests pinned to the digests pushed) with SHA256SUMS and its
+// signature under <out>/release/<version>/. The indexes hold only the
+// images, so a rebuild of the same commit has the same digests.
 func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*ReleaseSummary, error) {
 	cfg, err := opts.Config()
 	if err != nil {
@@ -88,8 +92,16 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	if len(p.Untracked) > 0 && !ropts.Force {
-		return nil, fmt.Errorf("git tracks none of %s, which the release reads: commit them or remove them, or pass -force to release it stamped %q", strings.Join(p.Untracked, ", "), "dirty")
+	manifests, err := readManifests(p.Root, p.Release.ManifestFiles)
+	if err != nil {
+		return nil, err
+	}
+	var manifestPaths []string
+	for _, m := range p.Release.ManifestFiles {
+		manifestPaths = append(manifestPaths, m.Path)
+	}
+	if untracked := slices.Concat(p.Untracked, p.UntrackedOf(manifestPaths)); len(untracked) > 0 && !ropts.Force {
+		return nil, fmt.Errorf("git tracks none of %s, which the release reads: commit them or remove them, or pass -force to release it stamped %q", strings.Join(untracked, ", "), "dirty")
 	}
 	if p.Stamp.TreeState == "dirty" && !ropts.Force {
 		return nil, fmt.Errorf("the tree has uncommitted changes: commit them, or pass -force to release it stamped %q", "dirty")
@@ -100,7 +112,19 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	}
 	sum := &ReleaseSummary{Version: p.Stamp.Version, Commit: p.Stamp.Commit, TreeState: p.Stamp.TreeState, DryRun: ropts.DryRun, Caches: caches,
 		Platforms: p.PlatformIDs(), Assets: assets}
-	if len(assets) > 0 {
+	if len(manifests) > 0 {
+		var names []string
+		for _, img := range p.Images {
+			names = append(names, img.Name)
+		}
+		if err := checkPinnable(p.Repository, names, manifests, "release.manifests", strings.Join(p.Release.Manifests, ", ")); err != nil {
+			return nil, err
+		}
+		for _, m := range p.Release.ManifestFiles {
+			sum.Manifests = append(sum.Manifests, ReleasedManifest{Name: m.Name, Source: m.Path})
+		}
+	}
+	if len(assets) > 0 || len(manifests) > 0 {
 		sum.AssetsDir = filepath.Join(opts.OutDirFor(p.Root), "release", p.Stamp.Version)
 	}
 	tags := []string{p.Stamp.Version}
@@ -127,10 +151,14 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 		return nil, err
 	}
 	defer s.Close()
+	// The binaries are compiled first, so a release that cannot build one
+	// pushes nothing; the folder appears once the release is signed.
+	work := sum.AssetsDir + ".work"
 	if sum.AssetsDir != "" {
-		if err := writeAssets(ctx, s, sum, signer); err != nil {
+		if _, err := exportAssets(ctx, s, sum.Assets, work); err != nil {
 			return nil, err
 		}
+		defer os.RemoveAll(work)
 	}
 	// Read back: signing reads the registry with kiln's client anyway.
 	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest, true)
@@ -143,52 +171,79 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if err := attestRelease(ctx, s, signer, resolver, registry, caches, pushed); err != nil {
 		return nil, fmt.Errorf("sign the release in %s: %w", registry, err)
 	}
+	if sum.AssetsDir != "" {
+		if err := finishAssets(work, sum, manifests, pushedImages(p.Repository, pushed), signer); err != nil {
+			return nil, err
+		}
+	}
 	return sum, nil
 }
 
-// writeAssets cross-compiles the release binaries and writes them with a
-// SHA256SUMS file and its signature (SHA256SUMS.sig, for cosign
-// verify-blob); the directory appears whole or not at all.
-func writeAssets(ctx context.Context, s *session.Session, sum *ReleaseSummary, signer *sign.Signer) error {
-	work := sum.AssetsDir + ".work"
-	sums, _, err := exportAssets(ctx, s, sum.Assets, work)
-	if err != nil {
-		return err
+// finishAssets writes the manifests pinned to the images pushed beside
+// the binaries in work, then SHA256SUMS of them all and its signature
+// (SHA256SUMS.sig, for cosign verify-blob), and puts work in place: the
+// folder appears whole or not at all.
+func finishAssets(work string, sum *ReleaseSummary, manifests []manifestFile, images map[string]yamlref.Pushed, signer *sign.Signer) error {
+	shas := map[string]string{}
+	for _, a := range sum.Assets {
+		shas[a.Name] = a.SHA256
 	}
+	if len(manifests) > 0 {
+		pinned, counts, err := pin(manifests, images, "release.manifests", "")
+		if err != nil {
+			return err
+		}
+		for i, m := range manifests {
+			if err := os.WriteFile(filepath.Join(work, m.rel), pinned[i], 0o644); err != nil {
+				return err
+			}
+			h := sha256.Sum256(pinned[i])
+			sum.Manifests[i].References, sum.Manifests[i].SHA256 = counts[i], hex.EncodeToString(h[:])
+			shas[m.rel] = sum.Manifests[i].SHA256
+		}
+	}
+	sums := sumsFile(shas)
 	sig, err := signer.Sign(sums)
 	if err != nil {
-		os.RemoveAll(work)
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(work, SumsFile), sums, 0o644); err != nil {
-		os.RemoveAll(work)
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(work, SumsFile+".sig"), []byte(sig+"\n"), 0o644); err != nil {
-		os.RemoveAll(work)
 		return err
 	}
-	if err := atomicfile.Replace(work, sum.AssetsDir); err != nil {
-		os.RemoveAll(work)
-		return err
+	return atomicfile.Replace(work, sum.AssetsDir)
+}
+
+// sumsFile is SHA256SUMS of the files, as sha256sum prints them, sorted.
+func sumsFile(shas map[string]string) []byte {
+	var lines []string
+	for name, sha := range shas {
+		lines = append(lines, fmt.Sprintf("%s  %s", sha, name))
 	}
-	return nil
+	sort.Strings(lines)
+	return []byte(strings.Join(lines, "\n") + "\n")
 }
 
 // SumsFile lists the sha256 of every release asset, as sha256sum prints
 // them; SumsFile.sig is its signature.
 const SumsFile = "SHA256SUMS"
 
-// exportAssets cross-compiles the assets into work, sets each one's SHA256
-// and returns the SHA256SUMS file of them and the steps of the solve; on
-// error work is removed.
-func exportAssets(ctx context.Context, s *session.Session, assets []image.Asset, work string) ([]byte, buildkit.Steps, error) {
+// exportAssets cross-compiles the assets into work, a new folder, sets
+// each one's SHA256 and returns the steps of the solve; on error work is
+// removed.
+func exportAssets(ctx context.Context, s *session.Session, assets []image.Asset, work string) (buildkit.Steps, error) {
+	os.RemoveAll(work)
+	if len(assets) == 0 {
+		return nil, os.MkdirAll(work, 0o755)
+	}
 	var files []export.FileCopy
 	var targets []ocispec.Platform
 	for _, a := range assets {
 		target, err := config.ParsePlatform(a.Platform)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		s.Ships(target, a.Binary)
 		targets = append(targets, target)
@@ -196,23 +251,19 @@ func exportAssets(ctx context.Context, s *session.Session, assets []image.Asset,
 	for i, a := range assets {
 		files = append(files, export.FileCopy{From: s.Binary(a.Binary, targets[i]), Src: "/" + a.Binary, Dest: "/" + a.Name})
 	}
-	os.RemoveAll(work)
 	steps, _, err := s.ExportFiles(ctx, "release assets", files, work, nil)
 	if err != nil {
 		os.RemoveAll(work)
-		return nil, nil, err
+		return nil, err
 	}
-	var lines []string
 	for i, a := range assets {
 		data, err := os.ReadFile(filepath.Join(work, a.Name))
 		if err != nil {
 			os.RemoveAll(work)
-			return nil, nil, err
+			return nil, err
 		}
 		h := sha256.Sum256(data)
 		assets[i].SHA256 = hex.EncodeToString(h[:])
-		lines = append(lines, fmt.Sprintf("%s  %s", assets[i].SHA256, a.Name))
 	}
-	sort.Strings(lines)
-	return []byte(strings.Join(lines, "\n") + "\n"), steps, nil
+	return steps, nil
 }

@@ -77,7 +77,7 @@ func TestRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	part := regexp.MustCompile(`(?ms)^release:\n.*?\n\n`).ReplaceAll(cfg, []byte("release:\n  platforms: [linux/amd64, linux/arm/v7]\n  assets:\n    antctl: [linux/amd64, linux/arm/v7, windows/amd64]\n    antrea-cni: [windows/amd64]\n\n"))
+	part := regexp.MustCompile(`(?ms)^release:\n.*?\n\n`).ReplaceAll(cfg, []byte("release:\n  platforms: [linux/amd64, linux/arm/v7]\n  assets:\n    antctl: [linux/amd64, linux/arm/v7, windows/amd64]\n    antrea-cni: [windows/amd64]\n  manifests: [build/yamls/antrea.yml]\n\n"))
 	if bytes.Equal(part, cfg) {
 		t.Fatal("no release section in build/kiln.yaml")
 	}
@@ -104,7 +104,7 @@ func TestRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(sum.Images) != 2 || len(sum.Assets) != 4 || sum.Images[0].Refs[0] != reg.Addr+"/antrea/antrea-agent:"+version {
+		if len(sum.Images) != 2 || len(sum.Assets) != 4 || len(sum.Manifests) != 1 || sum.Images[0].Refs[0] != reg.Addr+"/antrea/antrea-agent:"+version {
 			t.Errorf("dry run summary: %+v", sum)
 		}
 		if _, err := os.Stat(sum.AssetsDir); !os.IsNotExist(err) {
@@ -182,10 +182,10 @@ func TestRelease(t *testing.T) {
 				t.Errorf("%s does not match SHA256SUMS", name)
 			}
 		}
-		if n := strings.Count(string(sums), "\n"); n != 4 {
-			t.Errorf("SHA256SUMS has %d lines, want 4", n)
+		if n := strings.Count(string(sums), "\n"); n != 5 {
+			t.Errorf("SHA256SUMS has %d lines, want 5", n)
 		}
-		for _, name := range []string{"antctl-linux-arm", "antctl-windows-x86_64.exe", "antrea-cni-windows-x86_64.exe"} {
+		for _, name := range []string{"antctl-linux-arm", "antctl-windows-x86_64.exe", "antrea-cni-windows-x86_64.exe", "antrea.yml"} {
 			if !strings.Contains(string(sums), "  "+name+"\n") {
 				t.Errorf("SHA256SUMS has no %s:\n%s", name, sums)
 			}
@@ -200,6 +200,32 @@ func TestRelease(t *testing.T) {
 		got, err := exec.Command(filepath.Join(first.AssetsDir, "antctl-linux-x86_64"), "version").Output()
 		if err != nil || !strings.Contains(string(got), "antctl version "+version) || !strings.Contains(string(got), first.Commit) {
 			t.Errorf("antctl asset says %q (%v), want version %s and commit %s", got, err, version, first.Commit)
+		}
+	})
+
+	t.Run("the manifest ships pinned to the digests the registry serves", func(t *testing.T) {
+		source, err := os.ReadFile(filepath.Join(root, "build", "yamls", "antrea.yml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := string(source)
+		for _, name := range []string{"antrea-agent", "antrea-controller"} {
+			dgst, _, _, err := reg.Manifest("antrea/"+name, version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := "image: antrea/" + name + ":latest"
+			if !strings.Contains(want, from) {
+				t.Fatalf("build/yamls/antrea.yml has no %q", from)
+			}
+			want = strings.Replace(want, from, "image: "+reg.Addr+"/antrea/"+name+"@"+dgst, 1)
+		}
+		got, err := os.ReadFile(filepath.Join(first.AssetsDir, "antrea.yml"))
+		if err != nil || string(got) != want {
+			t.Errorf("the released antrea.yml (%v):\n%s\nwant:\n%s", err, got, want)
+		}
+		if m := first.Manifests; len(m) != 1 || m[0].References != 2 || m[0].Source != "build/yamls/antrea.yml" {
+			t.Errorf("the summary's manifests: %+v", m)
 		}
 	})
 
@@ -306,8 +332,9 @@ func TestRelease(t *testing.T) {
 	}
 	// Every asset is checked against the signed SHA256SUMS; the one of the
 	// platform rebuilt is rebuilt and compared.
-	if a := vo.Assets; len(a.Verified) != 4 || !slices.Equal(a.Compared, []string{"antctl-linux-arm"}) {
-		t.Errorf("release:verify checked the assets %v and compared %v; want all 4, and antctl-linux-arm", a.Verified, a.Compared)
+	// The manifest is pinned again to what the registry serves and compared.
+	if a := vo.Assets; len(a.Verified) != 5 || !slices.Equal(a.Compared, []string{"antrea.yml", "antctl-linux-arm"}) {
+		t.Errorf("release:verify checked the assets %v and compared %v; want all 5, and antrea.yml and antctl-linux-arm", a.Verified, a.Compared)
 	}
 	// The isolated Go cache (and the binaries kept beside it) is emptied.
 	usage, err := d.DiskUsage(ctx)

@@ -4,15 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/session"
-	"github.com/kiln-build/kiln/internal/yamlref"
 )
 
 // ResolveOptions say which manifests to pin and where they go.
@@ -62,30 +59,20 @@ func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts
 	if err := outsideEachOther(ropts.From, ropts.Out); err != nil {
 		return nil, err
 	}
-	// Every reference must be rewritable before anything is pushed: the
-	// same rewrite, with the digest still unknown.
-	placeholders := map[string]yamlref.Pushed{}
+	var names []string
 	for _, img := range cfg.Images {
-		name := cfg.Repository + "/" + img.Name
-		placeholders[name] = yamlref.Pushed{Name: name, Tag: "v0", Digest: "sha256:" + strings.Repeat("0", 64)}
+		names = append(names, img.Name)
 	}
-	for _, in := range inputs {
-		if _, _, err := yamlref.Resolve(in.data, placeholders); err != nil {
-			return nil, fmt.Errorf("-f: %s: %w", in.path, err)
-		}
+	if err := checkPinnable(cfg.Repository, names, inputs, "-f", ropts.From); err != nil {
+		return nil, err
 	}
 	results, err := Push(ctx, opts, popts)
 	if err != nil {
 		return nil, err
 	}
-	if len(results) == 0 {
-		return nil, fmt.Errorf("no image was pushed, so no reference can be pinned; add images under images/")
-	}
-	images := map[string]yamlref.Pushed{}
-	for _, r := range results {
-		ref := r.Refs[0]
-		i := strings.LastIndex(ref, ":")
-		images[cfg.Repository+"/"+r.Name] = yamlref.Pushed{Name: ref[:i], Tag: ref[i+1:], Digest: r.Digest}
+	pinned, counts, err := pin(inputs, pushedImages(cfg.Repository, results), "-f", ropts.From)
+	if err != nil {
+		return nil, err
 	}
 	tmp, err := atomicfile.Temp(ropts.Out, true)
 	if err != nil {
@@ -93,26 +80,15 @@ func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts
 	}
 	defer os.RemoveAll(tmp)
 	out := &Resolved{Images: results}
-	total := 0
-	for _, in := range inputs {
-		data, n, err := yamlref.Resolve(in.data, images)
-		if err != nil {
-			return nil, fmt.Errorf("-f: %s: %w", in.path, err)
-		}
+	for i, in := range inputs {
 		dest := filepath.Join(tmp, in.rel)
 		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(dest, data, 0o644); err != nil {
+		if err := os.WriteFile(dest, pinned[i], 0o644); err != nil {
 			return nil, err
 		}
-		total += n
-		out.Files = append(out.Files, ResolvedFile{Path: filepath.Join(ropts.Out, in.rel), References: n})
-	}
-	if total == 0 {
-		names := slices.Sorted(maps.Keys(images))
-		return nil, fmt.Errorf("-f %s: no reference to %s in %d file(s); write the image as REPO/IMAGE[:TAG] (e.g. image: %s) where it should be pinned",
-			ropts.From, strings.Join(names, ", "), len(inputs), names[0])
+		out.Files = append(out.Files, ResolvedFile{Path: filepath.Join(ropts.Out, in.rel), References: counts[i]})
 	}
 	if err := atomicfile.Replace(tmp, ropts.Out); err != nil {
 		return nil, err
@@ -141,11 +117,6 @@ func outsideEachOther(from, out string) error {
 func within(dir, path string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
-}
-
-type manifestFile struct {
-	path, rel string
-	data      []byte
 }
 
 // manifestFiles reads the file, or the YAML files under the folder.

@@ -25,6 +25,7 @@ import (
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
+	"github.com/kiln-build/kiln/internal/yamlref"
 )
 
 // VerifyReleaseOptions say which release to check and with which key.
@@ -116,7 +117,7 @@ func rebuild(ctx context.Context, opts session.Options, assets []image.Asset, di
 	var steps buildkit.Steps
 	if len(assets) > 0 {
 		var err error
-		if _, steps, err = exportAssets(ctx, s, assets, dir); err != nil {
+		if steps, err = exportAssets(ctx, s, assets, dir); err != nil {
 			return nil, fmt.Errorf("the release assets: %w", err)
 		}
 	}
@@ -232,12 +233,21 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 	}
 	if assetsDir != "" {
 		var problems []string
-		sums, problems = checkAssets(assetsDir, image.Assets(cfg.Release), verifier)
-		out.Assets.Problems = problems
+		var names []string
 		for _, a := range image.Assets(cfg.Release) {
-			if _, ok := sums[a.Name]; ok {
-				out.Assets.Verified = append(out.Assets.Verified, a.Name)
+			names = append(names, a.Name)
+		}
+		for _, m := range cfg.Release.ManifestFiles {
+			names = append(names, m.Name)
+		}
+		sums, problems = checkAssets(assetsDir, names, verifier)
+		out.Assets.Problems = problems
+		for _, name := range names {
+			if _, ok := sums[name]; ok {
+				out.Assets.Verified = append(out.Assets.Verified, name)
 			}
+		}
+		for _, a := range image.Assets(cfg.Release) {
 			// Those of the platforms rebuilt, or all of them.
 			if !partial || slices.Contains(rebuilding, a.Platform) {
 				assets = append(assets, a)
@@ -257,6 +267,11 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 			return nil, err
 		}
 		out.Images = append(out.Images, *vi)
+	}
+	if assetsDir != "" {
+		compared, problems := checkManifests(src, cfg.Release.ManifestFiles, p.Repository, out.Images, sums)
+		out.Assets.Compared = append(out.Assets.Compared, compared...)
+		out.Assets.Problems = append(out.Assets.Problems, problems...)
 	}
 
 	rebuilt, err := rebuild(ctx, opts, assets, filepath.Join(tmp, "assets"))
@@ -302,9 +317,9 @@ func VerifyRelease(ctx context.Context, opts session.Options, vopts VerifyReleas
 // (SHA256SUMS.sig, as cosign verify-blob reads it), that it lists exactly
 // the assets the tag's kiln.yaml names, and each file's sha256. sums are
 // the sha256 of each asset that matched, by name.
-func checkAssets(dir string, assets []image.Asset, verifier *sign.Verifier) (sums map[string]string, problems []string) {
+func checkAssets(dir string, names []string, verifier *sign.Verifier) (sums map[string]string, problems []string) {
 	problem := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
-	if len(assets) == 0 {
+	if len(names) == 0 {
 		problem("%s: the tag's %s names no release assets", dir, config.File)
 		return nil, problems
 	}
@@ -332,28 +347,64 @@ func checkAssets(dir string, assets []image.Asset, verifier *sign.Verifier) (sum
 		listed[name] = sum
 	}
 	sums = map[string]string{}
-	for _, a := range assets {
-		sum, ok := listed[a.Name]
+	for _, name := range names {
+		sum, ok := listed[name]
 		if !ok {
-			problem("%s lists no %s, which the release carries", SumsFile, a.Name)
+			problem("%s lists no %s, which the release carries", SumsFile, name)
 			continue
 		}
-		delete(listed, a.Name)
-		data, err := os.ReadFile(filepath.Join(dir, a.Name))
+		delete(listed, name)
+		data, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			problem("%s: %v", a.Name, err)
+			problem("%s: %v", name, err)
 			continue
 		}
 		if h := sha256.Sum256(data); hex.EncodeToString(h[:]) != sum {
-			problem("%s: its sha256 is %x, SHA256SUMS says %s", a.Name, h, sum)
+			problem("%s: its sha256 is %x, SHA256SUMS says %s", name, h, sum)
 			continue
 		}
-		sums[a.Name] = sum
+		sums[name] = sum
 	}
 	for _, name := range slices.Sorted(maps.Keys(listed)) {
 		problem("%s lists %s, which the tag's %s does not name", SumsFile, name, config.File)
 	}
 	return sums, problems
+}
+
+// checkManifests pins the tag's release.manifests (under root) to the
+// images as the registry serves them and compares each with the sha256
+// SHA256SUMS lists for it (sums): a manifest that pins other digests, or
+// is not the tag's, is a problem.
+func checkManifests(root string, files []config.ManifestFile, repository string, images []VerifiedImage, sums map[string]string) (compared, problems []string) {
+	if len(files) == 0 {
+		return nil, nil
+	}
+	manifests, err := readManifests(root, files)
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	published := map[string]yamlref.Pushed{}
+	for _, img := range images {
+		i := strings.LastIndex(img.Ref, ":")
+		published[repository+"/"+img.Name] = yamlref.Pushed{Name: img.Ref[:i], Tag: img.Ref[i+1:], Digest: img.Digest}
+	}
+	pinned, _, err := pin(manifests, published, "release.manifests", "")
+	if err != nil {
+		return nil, []string{err.Error()}
+	}
+	for i, m := range manifests {
+		listed, ok := sums[m.rel]
+		if !ok {
+			continue // checkAssets said why
+		}
+		h := sha256.Sum256(pinned[i])
+		if got := hex.EncodeToString(h[:]); got != listed {
+			problems = append(problems, fmt.Sprintf("%s: SHA256SUMS says %s; the tag's %s pinned to the images the registry serves is %s", m.rel, listed, m.path, got))
+			continue
+		}
+		compared = append(compared, m.rel)
+	}
+	return compared, problems
 }
 
 // releasePlatforms checks a -platforms list against the release's and

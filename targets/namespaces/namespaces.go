@@ -198,7 +198,9 @@ type Release mg.Namespace
 // for every release platform (the tag's kiln.yaml release.platforms) in
 // isolation and compares each with the registry's, locating any difference
 // (image, platform, layer, file, ELF section). Release assets, when given,
-// are checked against SHA256SUMS and its signature, rebuilt and compared.
+// are checked against SHA256SUMS and its signature; the binaries are
+// rebuilt and compared, and the manifests (release.manifests) compared
+// with the tag's files pinned to the images the registry serves.
 // Exits non-zero unless all is identical and verified.
 //
 //	VERSION                 the released tag, e.g. v2.3.0
@@ -206,7 +208,7 @@ type Release mg.Namespace
 //	-key=FILE               cosign.pub or env://VAR (default kiln.yaml signing.publicKey)
 //	-assets=DIR             the release assets with SHA256SUMS and its .sig, as
 //	                        downloaded (default _output/release/VERSION when
-//	                        there); checked, and rebuilt and compared
+//	                        there); checked, and rebuilt or pinned and compared
 //	-platforms=P,...        rebuild and compare these release platforms only,
 //	                        manifest by manifest (every signature is still checked)
 //	-skiptlsverify          as for images:push
@@ -237,7 +239,7 @@ func (Release) Verify(ctx context.Context, version string, registry *string, key
 	case a.Dir == "":
 		fmt.Println("  release assets not checked: pass -assets=DIR with them, SHA256SUMS and SHA256SUMS.sig")
 	default:
-		fmt.Printf("  release assets in %s: %d match the signed SHA256SUMS, %d identical to their rebuild\n", a.Dir, len(a.Verified), len(a.Compared))
+		fmt.Printf("  release assets in %s: %d match the signed SHA256SUMS, %d identical to their rebuild or pinning\n", a.Dir, len(a.Verified), len(a.Compared))
 		for _, p := range a.Problems {
 			fmt.Printf("    NOT VERIFIED: %s\n", p)
 		}
