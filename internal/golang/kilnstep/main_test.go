@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"debug/elf"
+	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -135,14 +138,7 @@ func TestGoBuildsSideBySideShareTheCPUs(t *testing.T) {
 // run at once, go asking for a version never waits, and a token comes back
 // when its tool dies.
 func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds kilnstep")
-	}
-	dir := t.TempDir()
-	kilnstep := filepath.Join(dir, "kilnstep")
-	if out, err := exec.Command("go", "build", "-o", kilnstep, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build kilnstep: %v\n%s", err, out)
-	}
+	dir, kilnstep := buildKilnstep(t)
 	cpus, logs := filepath.Join(dir, "cpus"), filepath.Join(dir, "logs")
 	t.Run("go builds the same through it", func(t *testing.T) {
 		identical(t, kilnstep)
@@ -441,7 +437,7 @@ func TestABinaryGoDidNotRelinkKeepsItsLinkTime(t *testing.T) {
 					dest = "0/linux_amd64/" + name
 					entry = name + "=" + dest
 				}
-				if err := gobuild(keep, out, []string{entry}, []string{"go", "build", "-trimpath", "-o", keep + "/", "."}); err != nil {
+				if err := gobuild(keep, out, []string{entry}, []string{"go", "build", "-trimpath", "-o", keep + "/", "."}, 1, "-"); err != nil {
 					t.Fatal(err)
 				}
 				fi, err := os.Stat(filepath.Join(out, dest))
@@ -550,7 +546,7 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 			}
 		}
 		args := append(append([]string{wrapper, "build", "-x", "-trimpath"}, flags...), "-o", keep+"/", ".")
-		if err := gobuild(keep, t.TempDir(), []string{"kept"}, args); err != nil {
+		if err := gobuild(keep, t.TempDir(), []string{"kept"}, args, 1, "-"); err != nil {
 			t.Fatal(err)
 		}
 		dt, err := os.ReadFile(seen)
@@ -667,4 +663,85 @@ func (b *safeBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestColdGoBuildsTakeTurns: a go build that keeps no binary from an
+// earlier one waits while another cold go build runs beside it; one with
+// binaries kept (an edit) or running alone does not.
+func TestColdGoBuildsTakeTurns(t *testing.T) {
+	dir, kilnstep := buildKilnstep(t)
+	cpus := filepath.Join(dir, "cpus")
+	os.Mkdir(cpus, 0o755)
+	// The test is the other cold go build: it holds the gate.
+	gate, err := openLock(filepath.Join(cpus, coldGate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(gate, syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	warm := t.TempDir()
+	os.WriteFile(filepath.Join(warm, "agent"), []byte("linked before"), 0o755)
+	fi, _ := os.Stat(filepath.Join(warm, "agent"))
+	record, _ := json.Marshal(map[string]keptFile{"agent": {Size: fi.Size(), ModTime: fi.ModTime().UnixNano()}})
+	os.WriteFile(filepath.Join(warm, keptRecord), record, 0o644)
+	// gobuild runs a stand-in for go that says it ran.
+	fakeGo := filepath.Join(dir, "go")
+	os.WriteFile(fakeGo, []byte("#!/bin/sh\necho ran >\"$MARKER\"\n"), 0o755)
+	start := func(keep, side, marker string) (*exec.Cmd, *bufio.Reader) {
+		t.Helper()
+		cmd := exec.Command(kilnstep, "gobuild", keep, t.TempDir(), "", side, cpus, "--", fakeGo, "build")
+		cmd.Env = append(os.Environ(), "MARKER="+marker)
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, bufio.NewReader(stderr)
+	}
+	ran := func(marker string) bool {
+		_, err := os.Stat(marker)
+		return err == nil
+	}
+	for _, tt := range []struct {
+		name, keep, side string
+	}{{"an edit beside a cold build", warm, "2"}, {"a cold build alone", t.TempDir(), "1"}} {
+		marker := filepath.Join(t.TempDir(), "ran")
+		cmd, stderr := start(tt.keep, tt.side, marker)
+		said, _ := io.ReadAll(stderr)
+		if err := cmd.Wait(); err != nil || !ran(marker) || strings.Contains(string(said), "waiting") {
+			t.Errorf("%s: %v, ran %v, said %q; want it to run at once", tt.name, err, ran(marker), said)
+		}
+	}
+	marker := filepath.Join(t.TempDir(), "ran")
+	cmd, stderr := start(t.TempDir(), "2", marker)
+	line, err := stderr.ReadString('\n')
+	if err != nil || !strings.Contains(line, "cold builds take turns") {
+		t.Fatalf("a cold build beside another said %q (%v)", line, err)
+	}
+	if ran(marker) {
+		t.Error("a cold build ran go beside another cold build")
+	}
+	syscall.Close(gate)
+	io.Copy(io.Discard, stderr)
+	if err := cmd.Wait(); err != nil || !ran(marker) {
+		t.Errorf("the cold build, once the other ended: %v, ran %v", err, ran(marker))
+	}
+}
+
+// buildKilnstep compiles kilnstep into a new folder, which it returns
+// with the binary's path.
+func buildKilnstep(t *testing.T) (string, string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds kilnstep")
+	}
+	dir := t.TempDir()
+	kilnstep := filepath.Join(dir, "kilnstep")
+	if out, err := exec.Command("go", "build", "-o", kilnstep, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build kilnstep: %v\n%s", err, out)
+	}
+	return dir, kilnstep
 }
