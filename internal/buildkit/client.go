@@ -31,6 +31,19 @@ import (
 // HostEnv is the ecosystem's variable naming a BuildKit daemon.
 const HostEnv = "BUILDKIT_HOST"
 
+// Hosts are the daemons an address list names, in order: BUILDKIT_HOST
+// may name several, comma-separated, for a build spread over them (no
+// daemon address holds a comma).
+func Hosts(list string) []string {
+	var hosts []string
+	for _, h := range strings.Split(list, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
 // Local is a daemon kiln started on this machine (package managed).
 type Local interface {
 	// PID is the daemon's process id, false when it has none.

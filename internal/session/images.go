@@ -90,7 +90,13 @@ func startRecording(ctx context.Context, opts Options, kind string, head *plan.G
 
 // Images builds every planned image and writes each as an OCI layout
 // tarball under <out>/images/<name>.oci.tar.
+//
+// With several daemons (BUILDKIT_HOST=A,B,...) the platforms are spread
+// over them (spreadImages).
 func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
+	if hosts := daemonsOf(opts); len(hosts) > 1 {
+		return spreadImages(ctx, opts, hosts)
+	}
 	head := headOf(opts)
 	if r, dir, ok := noopOutcome(opts, "images", head); ok {
 		return r.images(opts, dir)

@@ -65,6 +65,9 @@ type Options struct {
 	// GoCacheUnsigned seeds from snapshots no pinned key signed, as
 	// cache.gocacheUnsigned does.
 	GoCacheUnsigned bool
+	// Daemon is the address of the BuildKit daemon to build on;
+	// BUILDKIT_HOST when empty, then the managed local one.
+	Daemon string
 	// Rebuild solves and writes the outputs even when the ones already
 	// written were made from the same inputs (to time a build, or to fill a
 	// pruned daemon's caches).

@@ -215,7 +215,7 @@ func prepare(ctx context.Context, opts Options, clock uptodate.Clock, head *plan
 	// A daemon kiln runs has this machine's platform: the plan is resolved
 	// for it now. BUILDKIT_HOST's worker may have another, with pins and
 	// a toolchain of its own: its plan waits for its platform.
-	if os.Getenv(buildkit.HostEnv) == "" {
+	if opts.Daemon == "" && os.Getenv(buildkit.HostEnv) == "" {
 		if err := pr.resolve(ctx, hostPlatform()); err != nil {
 			return nil, err
 		}
@@ -291,7 +291,11 @@ func (pr *Prepared) Start(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	d, err := managed.Connect(ctx, kilnRoot)
+	addr := opts.Daemon
+	if addr == "" {
+		addr = os.Getenv(buildkit.HostEnv)
+	}
+	d, err := managed.ConnectTo(ctx, kilnRoot, addr)
 	if err != nil {
 		return nil, err
 	}

@@ -213,7 +213,17 @@ func Prune(ctx context.Context, repoRoot string, all bool, w io.Writer) error {
 // Connect dials BUILDKIT_HOST when it is set, and otherwise the managed
 // local daemon, starting it if needed.
 func Connect(ctx context.Context, repoRoot string) (*buildkit.Daemon, error) {
-	if addr := os.Getenv(buildkit.HostEnv); addr != "" {
+	return ConnectTo(ctx, repoRoot, os.Getenv(buildkit.HostEnv))
+}
+
+// ConnectTo dials the daemon at addr, or the managed local one when addr
+// is empty. A list of several (BUILDKIT_HOST=A,B) is for the builds that
+// spread over daemons, which connect to each.
+func ConnectTo(ctx context.Context, repoRoot, addr string) (*buildkit.Daemon, error) {
+	if hosts := buildkit.Hosts(addr); len(hosts) > 1 {
+		return nil, fmt.Errorf("%s=%s names %d daemons; only images spreads a build over several so far: name one for this target", buildkit.HostEnv, addr, len(hosts))
+	}
+	if addr != "" {
 		c, err := buildkit.Dial(ctx, addr)
 		if err != nil {
 			return nil, err

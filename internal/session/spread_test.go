@@ -1,0 +1,120 @@
+package session_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/platforms"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/ocimerge"
+	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/testdaemon"
+)
+
+// TestPlatformsBuiltApartMergeToTheSameImage: an image's platforms built
+// by separate builds, or on separate daemons, merge into the image one
+// build of every platform makes, byte for byte; a daemon that is not there
+// fails the build and a merge of parts that do not make the image refuses.
+func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
+	testdaemon.Shared(t)
+	ctx := context.Background()
+	order := []ocispec.Platform{platforms.MustParse("linux/amd64"), platforms.MustParse("linux/arm64")}
+	build := func(platforms string) session.ImageResult {
+		t.Helper()
+		out, err := session.Images(ctx, session.Options{Root: testdaemon.RepoRoot(t), OutDir: t.TempDir(), Progress: "quiet",
+			Platforms: platforms, Images: []string{"antrea-controller"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Images[0]
+	}
+	whole := build("linux/amd64,linux/arm64")
+	amd64, arm64 := build("linux/amd64"), build("linux/arm64")
+	if amd64.Digest == whole.Digest || arm64.Digest == whole.Digest {
+		t.Fatalf("a part is the whole image: %s, %s, %s", amd64.Digest, arm64.Digest, whole.Digest)
+	}
+
+	merged := filepath.Join(t.TempDir(), "antrea-controller.oci.tar")
+	// The parts in another order than the image's platforms.
+	desc, err := ocimerge.Merge(ctx, merged, []string{arm64.Path, amd64.Path}, order)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if desc.Digest.String() != whole.Digest {
+		t.Errorf("the merged index is %s, the one build's %s", desc.Digest, whole.Digest)
+	}
+	got, _ := os.ReadFile(merged)
+	want, _ := os.ReadFile(whole.Path)
+	if !bytes.Equal(got, want) {
+		t.Errorf("the merged layout (%d bytes) differs from the one build's (%d bytes)", len(got), len(want))
+	}
+
+	t.Run("built on two daemons", func(t *testing.T) {
+		// Fresh daemons: each compiles its platform cold, apart.
+		a, b := testdaemon.Buildkit(t), testdaemon.Buildkit(t)
+		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
+		out := t.TempDir()
+		spread, err := session.Images(ctx, session.Options{Root: testdaemon.RepoRoot(t), OutDir: out, Progress: "quiet", Images: []string{"antrea-controller"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(spread.Images[0].Path)
+		if spread.Images[0].Digest != whole.Digest || !bytes.Equal(got, want) {
+			t.Errorf("built on two daemons: %s (%d bytes), on one: %s (%d bytes)", spread.Images[0].Digest, len(got), whole.Digest, len(want))
+		}
+		var names []string
+		for _, st := range spread.Steps {
+			names = append(names, st.Name)
+		}
+		for _, platform := range []string{"linux/amd64", "linux/arm64"} {
+			if !slices.ContainsFunc(names, func(n string) bool { return strings.HasPrefix(n, "["+platform+"] go build") }) {
+				t.Errorf("no daemon ran the go build of %s: %v", platform, names)
+			}
+		}
+		// A daemon that is not there fails the build, named, and nothing
+		// is written.
+		missing := "unix://" + filepath.Join(t.TempDir(), "buildkitd.sock")
+		t.Setenv(buildkit.HostEnv, a.Address+","+missing)
+		empty := t.TempDir()
+		_, err = session.Images(ctx, session.Options{Root: testdaemon.RepoRoot(t), OutDir: empty, Progress: "quiet", Images: []string{"antrea-controller"}})
+		if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "linux/arm64") {
+			t.Errorf("a build on a daemon that is not there: %v", err)
+		}
+		if entries, _ := os.ReadDir(filepath.Join(empty, "images")); len(entries) > 0 {
+			t.Errorf("a failed spread build left %v", entries)
+		}
+	})
+
+	// A platform missing, one twice, and a part whose blob was changed.
+	tampered := filepath.Join(t.TempDir(), "tampered.oci.tar")
+	data, _ := os.ReadFile(amd64.Path)
+	i := bytes.Index(data, []byte("\"architecture\":\"amd64\""))
+	if i < 0 {
+		t.Fatal("no config blob in the amd64 part")
+	}
+	os.WriteFile(tampered, bytes.Replace(data, []byte("\"architecture\":\"amd64\""), []byte("\"architecture\":\"AMD64\""), 1), 0o644)
+	for _, tt := range []struct {
+		name  string
+		parts []string
+		want  string
+	}{
+		{"a platform missing", []string{amd64.Path}, "no part holds linux/arm64"},
+		{"a platform twice", []string{amd64.Path, arm64.Path, amd64.Path}, "linux/amd64 is in two parts"},
+		{"a blob changed", []string{tampered, arm64.Path}, "holds bytes of"},
+	} {
+		dest := filepath.Join(t.TempDir(), "merged.oci.tar")
+		if _, err := ocimerge.Merge(ctx, dest, tt.parts, order); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want an error saying %q", tt.name, err, tt.want)
+		}
+		if _, err := os.Stat(dest); !os.IsNotExist(err) {
+			t.Errorf("%s: wrote %s", tt.name, dest)
+		}
+	}
+}
