@@ -52,6 +52,10 @@ import (
 // toolchain, stamps, flags, modules, image.yaml and its files, the build
 // graph, kiln itself) is kept as it is: builds are reproducible, so building
 // it again would write the same bytes.
+//
+// BUILDKIT_HOST=A,B,... spreads the platforms over several daemons and
+// merges each image's parts into the tarball one daemon writes (such a
+// build always solves, and exports no cache).
 func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool, metadata *string) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.Images, o.Rebuild = cli.List(images), cli.Bool(rebuild)

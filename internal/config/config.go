@@ -549,6 +549,10 @@ func (r *Release) findManifests(root string) error {
 		for _, file := range files {
 			rel, _ := filepath.Rel(root, file)
 			rel = filepath.ToSlash(rel)
+			// A link in a folder may not lead out of the repository either.
+			if real, err := filepath.EvalSymlinks(file); err != nil || !within(mustEval(root), real) {
+				return fieldErr(f, field, "%s leads outside the repository", rel)
+			}
 			name := filepath.Base(file)
 			if other, ok := names[name]; ok {
 				return fieldErr(f, field, "%s would ship as %s, as %s does; rename one (release assets are one folder)", rel, name, other)

@@ -35,7 +35,8 @@ entrypoint: [/usr/local/bin/antrea-agent]
 `
 
 // repo writes a configuration tree; files maps paths to contents, and a
-// nil-like "-" content deletes the default file.
+// nil-like "-" content deletes the default file; "@TARGET" makes a
+// symbolic link to TARGET.
 func repo(t *testing.T, files map[string]string) string {
 	t.Helper()
 	root := t.TempDir()
@@ -50,6 +51,12 @@ func repo(t *testing.T, files map[string]string) string {
 		path := filepath.Join(root, rel)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
+		}
+		if target, ok := strings.CutPrefix(content, "@"); ok { // a symbolic link
+			if err := os.Symlink(target, path); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
@@ -191,6 +198,7 @@ func TestLoadBadInput(t *testing.T) {
 		{"manifest outside the repository", kiln("tag: latest", "tag: latest\nrelease:\n  manifests: [../antrea.yml]"), []string{File, "release.manifests[0]", "stays inside it"}},
 		{"missing manifest", kiln("tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls/antrea.yml]"), []string{File, "release.manifests[0]", "build/yamls/antrea.yml does not exist"}},
 		{"manifest folder without YAML", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls]", 1), "build/yamls/README": "x"}, []string{File, "release.manifests[0]", "no .yaml or .yml"}},
+		{"manifest folder linking out", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls]", 1), "build/yamls/a.yaml": "x: 1\n", "build/yamls/passwd.yaml": "@/etc/passwd"}, []string{File, "release.manifests[0]", "build/yamls/passwd.yaml leads outside the repository"}},
 		{"two manifests of one name", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  manifests: [build/yamls, deploy/antrea.yml]", 1), "build/yamls/antrea.yml": "x: 1\n", "deploy/antrea.yml": "x: 2\n"}, []string{File, "release.manifests[1]", "deploy/antrea.yml would ship as antrea.yml, as build/yamls/antrea.yml does"}},
 		{"manifest named as a binary asset", map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nrelease:\n  assets:\n    antctl: [linux/amd64]\n  manifests: [deploy/antctl-linux-x86_64]", 1), "deploy/antctl-linux-x86_64": "x: 1\n"}, []string{File, "release.manifests[0]", "as the binary antctl for linux/amd64 does"}},
 		{"bad binary name", kiln("name: antrea-agent", "name: Antrea Agent"), []string{File, "binaries[1].name"}},

@@ -413,8 +413,6 @@ func (p *Plan) stampFlags(cfg *config.Config) {
 	}
 }
 
-// untracked are the files the build reads that git does not track, for a
-// stamped build: a tree holding them is not the commit it names.
 // UntrackedOf are those of the files (relative to the root, with slashes)
 // that git does not track, in order.
 func (p *Plan) UntrackedOf(files []string) []string {
@@ -427,6 +425,8 @@ func (p *Plan) UntrackedOf(files []string) []string {
 	return out
 }
 
+// untracked are the files the build reads that git does not track, for a
+// stamped build: a tree holding them is not the commit it names.
 func (p *Plan) untracked() []string {
 	tracked := p.host.Git.Tracked
 	if tracked == nil {

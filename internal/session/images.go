@@ -58,6 +58,10 @@ type ImagesOutcome struct {
 	Explanations []explain.Explanation
 	// GoCache is the Go cache snapshot published, when asked for.
 	GoCache *gocache.Result
+	// sources (each binary file's digest) and stamp are what a part of a
+	// spread build read (Options.part).
+	sources map[string]string
+	stamp   plan.Stamp
 }
 
 // startRecording starts a session for a build of kind that may record a
@@ -147,6 +151,16 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 	}
 	done := readOutputs(outDir)
 	out := &ImagesOutcome{Images: make([]ImageResult, len(s.Plan.Images))}
+	if opts.part {
+		out.stamp, out.sources = s.Plan.Stamp, map[string]string{}
+		for _, b := range s.Plan.Binaries {
+			for _, f := range b.Files {
+				if d, err := s.hashes.Hash(f); err == nil {
+					out.sources[f] = d
+				}
+			}
+		}
+	}
 	keys := make([]string, len(s.Plan.Images))
 	var jobs []buildkit.Job
 	var solved []int

@@ -68,6 +68,9 @@ type Options struct {
 	// Daemon is the address of the BuildKit daemon to build on;
 	// BUILDKIT_HOST when empty, then the managed local one.
 	Daemon string
+	// part is set on the session of one daemon of a spread build: its
+	// outcome carries the sources it read and its stamp.
+	part bool
 	// Rebuild solves and writes the outputs even when the ones already
 	// written were made from the same inputs (to time a build, or to fill a
 	// pruned daemon's caches).

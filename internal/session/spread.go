@@ -3,16 +3,22 @@ package session
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
+	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
@@ -22,11 +28,26 @@ import (
 // own, and each image's parts are merged (package ocimerge) into the
 // layout one daemon would write, with the same digest. The layouts replace
 // the old ones once every daemon succeeded and every image merged; a
-// daemon that fails fails the build, naming it, and writes nothing.
+// daemon that fails fails the build, naming it, and writes nothing. The
+// parts must have read the same sources and stamp: a tree edited while the
+// daemons build fails the build too.
 func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOutcome, error) {
 	p, err := Plan(opts)
 	if err != nil {
 		return nil, err
+	}
+	cfg, err := opts.Config()
+	if err != nil {
+		return nil, err
+	}
+	// Each daemon would export its own platforms over the others'.
+	for _, c := range []struct{ flag, field, value string }{
+		{"-cacheto", "cache.to", firstOf(opts.CacheTo, cfg.Cache.To)},
+		{"-gocacheto", "cache.gocacheTo", firstOf(opts.GoCacheTo, cfg.Cache.GoCacheTo)},
+	} {
+		if c.value != "" {
+			return nil, fmt.Errorf("%s names %d daemons, and a build spread over several exports no cache yet (each daemon's would replace the others'): leave %s and %s unset, or name one daemon", buildkit.HostEnv, len(hosts), c.flag, c.field)
+		}
 	}
 	mode, err := opts.progress()
 	if err != nil {
@@ -43,11 +64,16 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	work, err := os.MkdirTemp(dir, ".spread-")
+	// Swept by the next build if this one is killed.
+	work, err := atomicfile.Temp(filepath.Join(dir, ".spread"), true)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
+	progressOut := &lockedWriter{w: opts.ProgressOut}
+	if progressOut.w == nil {
+		progressOut.w = os.Stderr
+	}
 
 	outcomes := make([]*ImagesOutcome, len(hosts))
 	g, gctx := errgroup.WithContext(ctx)
@@ -63,7 +89,7 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		}
 		o := opts
 		o.Daemon, o.Platforms, o.Images, o.Progress = host, strings.Join(dealt[i], ","), images, mode
-		o.OutDir = filepath.Join(work, strconv.Itoa(i))
+		o.OutDir, o.ProgressOut, o.part = filepath.Join(work, strconv.Itoa(i)), progressOut, true
 		g.Go(func() error {
 			out, err := Images(gctx, o)
 			if err != nil {
@@ -74,6 +100,9 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		})
 	}
 	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if err := sameSources(hosts, outcomes); err != nil {
 		return nil, err
 	}
 
@@ -102,12 +131,77 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: desc.Digest.String(),
 			Path: inspect.ImagePath(dir, img.Name), Platforms: img.PlatformIDs()})
 	}
-	for _, r := range out.Images {
-		if err := os.Rename(inspect.ImagePath(merged, r.Name), r.Path); err != nil {
-			return nil, err
-		}
+	if err := replaceAll(merged, filepath.Join(work, "old"), out.Images); err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// replaceAll moves the merged tarballs into place, the old ones aside
+// first, and puts the old ones back if any move fails.
+func replaceAll(merged, old string, images []ImageResult) error {
+	if err := os.Mkdir(old, 0o755); err != nil {
+		return err
+	}
+	var moved []ImageResult
+	undo := func(err error) error {
+		for _, r := range moved {
+			os.Remove(r.Path)
+			os.Rename(inspect.ImagePath(old, r.Name), r.Path)
+		}
+		return err
+	}
+	for _, r := range images {
+		if err := os.Rename(r.Path, inspect.ImagePath(old, r.Name)); err != nil && !os.IsNotExist(err) {
+			return undo(err)
+		}
+		moved = append(moved, r)
+		if err := os.Rename(inspect.ImagePath(merged, r.Name), r.Path); err != nil {
+			return undo(err)
+		}
+	}
+	return nil
+}
+
+// sameSources refuses parts that read a source file differently, or were
+// stamped differently: the tree changed between the daemons' reads.
+func sameSources(hosts []string, outcomes []*ImagesOutcome) error {
+	seen := map[string]string{}
+	from := map[string]string{}
+	var stamp *plan.Stamp
+	for i, o := range outcomes {
+		if o == nil {
+			continue
+		}
+		if stamp != nil && !reflect.DeepEqual(*stamp, o.stamp) {
+			return fmt.Errorf("the daemons at %s and %s stamped the build differently (%s %s %s, %s %s %s): the tree changed while they built it; build again", from["stamp"], hosts[i],
+				stamp.Version, stamp.Commit, stamp.TreeState, o.stamp.Version, o.stamp.Commit, o.stamp.TreeState)
+		}
+		if stamp == nil {
+			stamp, from["stamp"] = &o.stamp, hosts[i]
+		}
+		for _, file := range slices.Sorted(maps.Keys(o.sources)) {
+			digest := o.sources[file]
+			if d, ok := seen[file]; ok && d != digest {
+				return fmt.Errorf("the daemons at %s and %s were sent different %s: the tree changed while they built it; build again", from[file], hosts[i], file)
+			}
+			seen[file], from[file] = digest, hosts[i]
+		}
+	}
+	return nil
+}
+
+// lockedWriter lets the daemons' sessions print progress lines to one
+// writer.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func (o *ImagesOutcome) imagesNamed(name string) []ImageResult {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/log"
 
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
@@ -69,6 +70,10 @@ func Verify(ctx context.Context, opts session.Options) (*inspect.Report, error) 
 	p, err := session.Plan(opts)
 	if err != nil {
 		return nil, err
+	}
+	// Its size report links on one daemon; refused before any build.
+	if hosts := buildkit.Hosts(os.Getenv(buildkit.HostEnv)); len(hosts) > 1 {
+		return nil, fmt.Errorf("%s names %d daemons; verify builds on one: name one", buildkit.HostEnv, len(hosts))
 	}
 	var missing []string
 	for _, img := range p.Images {

@@ -21,6 +21,14 @@ import (
 // It never starts a daemon.
 func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 	addr := os.Getenv(buildkit.HostEnv)
+	if hosts := buildkit.Hosts(addr); len(hosts) > 1 {
+		for _, h := range hosts {
+			if err := statusOf(ctx, h, nil, w); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var m *Managed
 	if addr == "" {
 		var err error
@@ -35,6 +43,12 @@ func Status(ctx context.Context, repoRoot string, w io.Writer) error {
 		}
 		fmt.Fprintf(w, "managed buildkitd: pid %d, state %s, log %s\n", pid, m.Dir, m.LogFile())
 	}
+	return statusOf(ctx, addr, m, w)
+}
+
+// statusOf writes the status of the daemon at addr, the managed one m if
+// not nil.
+func statusOf(ctx context.Context, addr string, m *Managed, w io.Writer) error {
 	c, err := buildkit.Dial(ctx, addr)
 	if err != nil {
 		return err
@@ -220,8 +234,13 @@ func Connect(ctx context.Context, repoRoot string) (*buildkit.Daemon, error) {
 // is empty. A list of several (BUILDKIT_HOST=A,B) is for the builds that
 // spread over daemons, which connect to each.
 func ConnectTo(ctx context.Context, repoRoot, addr string) (*buildkit.Daemon, error) {
-	if hosts := buildkit.Hosts(addr); len(hosts) > 1 {
+	switch hosts := buildkit.Hosts(addr); {
+	case len(hosts) > 1:
 		return nil, fmt.Errorf("%s=%s names %d daemons; only images spreads a build over several so far: name one for this target", buildkit.HostEnv, addr, len(hosts))
+	case len(hosts) == 0 && addr != "":
+		return nil, fmt.Errorf("%s=%q names no daemon; give its address, e.g. tcp://HOST:1234, or unset it for the managed one", buildkit.HostEnv, addr)
+	case len(hosts) == 1:
+		addr = hosts[0]
 	}
 	if addr != "" {
 		c, err := buildkit.Dial(ctx, addr)
