@@ -29,6 +29,7 @@ import (
 	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
@@ -61,7 +62,7 @@ func Images(ctx context.Context, platforms *string, stamp *bool, progress *strin
 	o.Images, o.Rebuild = cli.List(images), cli.Bool(rebuild)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
 	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
-	outcome, err := session.Images(ctx, o)
+	outcome, err := spread.Images(ctx, o)
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}

@@ -58,10 +58,10 @@ type ImagesOutcome struct {
 	Explanations []explain.Explanation
 	// GoCache is the Go cache snapshot published, when asked for.
 	GoCache *gocache.Result
-	// sources (each binary file's digest) and stamp are what a part of a
-	// spread build read (Options.part).
-	sources map[string]string
-	stamp   plan.Stamp
+	// Sources (each binary file's digest) and Stamp are what a part of a
+	// spread build read (Options.Part), for package spread to compare.
+	Sources map[string]string `json:"-"`
+	Stamp   plan.Stamp        `json:"-"`
 }
 
 // startRecording starts a session for a build of kind that may record a
@@ -94,13 +94,8 @@ func startRecording(ctx context.Context, opts Options, kind string, head *plan.G
 
 // Images builds every planned image and writes each as an OCI layout
 // tarball under <out>/images/<name>.oci.tar.
-//
-// With several daemons (BUILDKIT_HOST=A,B,...) the platforms are spread
-// over them (spreadImages).
+// It builds on one daemon; package spread builds on several.
 func Images(ctx context.Context, opts Options) (*ImagesOutcome, error) {
-	if hosts := daemonsOf(opts); len(hosts) > 1 {
-		return spreadImages(ctx, opts, hosts)
-	}
 	head := headOf(opts)
 	if r, dir, ok := noopOutcome(opts, "images", head); ok {
 		return r.images(opts, dir)
@@ -151,12 +146,12 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 	}
 	done := readOutputs(outDir)
 	out := &ImagesOutcome{Images: make([]ImageResult, len(s.Plan.Images))}
-	if opts.part {
-		out.stamp, out.sources = s.Plan.Stamp, map[string]string{}
+	if opts.Part {
+		out.Stamp, out.Sources = s.Plan.Stamp, map[string]string{}
 		for _, b := range s.Plan.Binaries {
 			for _, f := range b.Files {
 				if d, err := s.hashes.Hash(f); err == nil {
-					out.sources[f] = d
+					out.Sources[f] = d
 				}
 			}
 		}

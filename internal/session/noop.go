@@ -176,7 +176,7 @@ func noopOutcome(opts Options, kind string, head *plan.Git) (*noopResult, string
 	if !noopEligible(opts, false) {
 		return nil, "", false
 	}
-	if _, err := opts.progress(); err != nil {
+	if _, err := opts.ProgressMode(); err != nil {
 		return nil, "", false // the build names the error
 	}
 	place, ok := noopPlaceOf(opts, kind)

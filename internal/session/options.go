@@ -68,9 +68,9 @@ type Options struct {
 	// Daemon is the address of the BuildKit daemon to build on;
 	// BUILDKIT_HOST when empty, then the managed local one.
 	Daemon string
-	// part is set on the session of one daemon of a spread build: its
-	// outcome carries the sources it read and its stamp.
-	part bool
+	// Part is set by package spread on the session of one daemon of a spread
+	// build: its outcome carries the sources it read and its stamp.
+	Part bool
 	// Rebuild solves and writes the outputs even when the ones already
 	// written were made from the same inputs (to time a build, or to fill a
 	// pruned daemon's caches).
@@ -102,7 +102,9 @@ func (o *Options) OutDirFor(root string) string {
 	return filepath.Join(root, "_output")
 }
 
-func (o *Options) progress() (string, error) {
+// ProgressMode is the progress display asked for: -progress, else
+// KILN_PROGRESS, else BUILDKIT_PROGRESS, else auto.
+func (o *Options) ProgressMode() (string, error) {
 	mode, from := o.Progress, "-progress"
 	// BUILDKIT_PROGRESS as buildx reads it, below kiln's own.
 	for _, env := range []string{"KILN_PROGRESS", "BUILDKIT_PROGRESS"} {

@@ -20,7 +20,7 @@ func TestProgressModeComesFromTheFlagThenKilnThenBuildKit(t *testing.T) {
 		t.Setenv("KILN_PROGRESS", tc.kiln)
 		t.Setenv("BUILDKIT_PROGRESS", tc.buildkit)
 		o := Options{Progress: tc.flag}
-		got, err := o.progress()
+		got, err := o.ProgressMode()
 		if got != tc.want || (tc.err == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("%+v: %q, %v", tc, got, err)
 		}

@@ -156,7 +156,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 // prepare is Prepare for a session that began at clock, by the file
 // system's clock, with the git head a no-op check read (nil: none).
 func prepare(ctx context.Context, opts Options, clock uptodate.Clock, head *plan.Git) (*Prepared, error) {
-	mode, err := opts.progress()
+	mode, err := opts.ProgressMode()
 	if err != nil {
 		return nil, err
 	}

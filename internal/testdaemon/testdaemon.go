@@ -133,6 +133,14 @@ func Shared(t *testing.T) *buildkit.Daemon {
 	return shared.daemon
 }
 
+// Main runs a package's tests and stops the daemon they shared: call it
+// from TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	StopShared()
+	os.Exit(code)
+}
+
 // StopShared stops the daemon Shared started, if any.
 func StopShared() {
 	shared.Lock()

@@ -1,6 +1,12 @@
-package session
+// Package spread owns a build spread over several BuildKit daemons: it
+// deals the build's platforms to the daemons, runs one session.Images per
+// daemon, checks that every part read the same tree, merges each image's
+// parts (package ocimerge) into the bytes one daemon writes, and replaces
+// the old tarballs only once every part is merged.
+package spread
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -19,11 +25,13 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
-// spreadImages builds the images on several daemons, as Images builds them
-// on one: the build's platforms are dealt to the daemons in plan order,
+// Images builds the images on the daemons opts names (Options.Daemon,
+// else BUILDKIT_HOST): on one, as session.Images does; on several, as
+// session.Images would build them on one: the build's platforms are dealt to the daemons in plan order,
 // each daemon builds its platforms of every image into a folder of its
 // own, and each image's parts are merged (package ocimerge) into the
 // layout one daemon would write, with the same digest. The layouts replace
@@ -31,25 +39,25 @@ import (
 // daemon that fails fails the build, naming it, and writes nothing. The
 // parts must have read the same sources and stamp: a tree edited while the
 // daemons build fails the build too.
-func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOutcome, error) {
-	p, err := Plan(opts)
-	if err != nil {
-		return nil, err
+func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, error) {
+	hosts := Daemons(opts)
+	if len(hosts) < 2 {
+		return session.Images(ctx, opts)
 	}
-	cfg, err := opts.Config()
+	p, err := session.Plan(opts)
 	if err != nil {
 		return nil, err
 	}
 	// Each daemon would export its own platforms over the others'.
 	for _, c := range []struct{ flag, field, value string }{
-		{"-cacheto", "cache.to", firstOf(opts.CacheTo, cfg.Cache.To)},
-		{"-gocacheto", "cache.gocacheTo", firstOf(opts.GoCacheTo, cfg.Cache.GoCacheTo)},
+		{"-cacheto", "cache.to", cmp.Or(opts.CacheTo, p.Cache.To)},
+		{"-gocacheto", "cache.gocacheTo", cmp.Or(opts.GoCacheTo, p.Cache.GoCacheTo)},
 	} {
 		if c.value != "" {
 			return nil, fmt.Errorf("%s names %d daemons, and a build spread over several exports no cache yet (each daemon's would replace the others'): leave %s and %s unset, or name one daemon", buildkit.HostEnv, len(hosts), c.flag, c.field)
 		}
 	}
-	mode, err := opts.progress()
+	mode, err := opts.ProgressMode()
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +68,7 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 	for i, platform := range p.PlatformIDs() {
 		dealt[i%len(hosts)] = append(dealt[i%len(hosts)], platform)
 	}
-	dir := ImagesDir(opts, p)
+	dir := session.ImagesDir(opts, p)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -75,7 +83,7 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		progressOut.w = os.Stderr
 	}
 
-	outcomes := make([]*ImagesOutcome, len(hosts))
+	outcomes := make([]*session.ImagesOutcome, len(hosts))
 	g, gctx := errgroup.WithContext(ctx)
 	for i, host := range hosts {
 		var images []string
@@ -89,9 +97,9 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		}
 		o := opts
 		o.Daemon, o.Platforms, o.Images, o.Progress = host, strings.Join(dealt[i], ","), images, mode
-		o.OutDir, o.ProgressOut, o.part = filepath.Join(work, strconv.Itoa(i)), progressOut, true
+		o.OutDir, o.ProgressOut, o.Part = filepath.Join(work, strconv.Itoa(i)), progressOut, true
 		g.Go(func() error {
-			out, err := Images(gctx, o)
+			out, err := session.Images(gctx, o)
 			if err != nil {
 				return fmt.Errorf("the daemon at %s, building %s: %w", host, strings.Join(dealt[i], ", "), err)
 			}
@@ -106,7 +114,7 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		return nil, err
 	}
 
-	out := &ImagesOutcome{}
+	out := &session.ImagesOutcome{}
 	for _, o := range outcomes {
 		if o != nil {
 			out.Steps = out.Steps.Plus(o.Steps)
@@ -120,7 +128,7 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 	for _, img := range p.Images {
 		var parts []string
 		for _, o := range outcomes {
-			for _, r := range o.imagesNamed(img.Name) {
+			for _, r := range imagesNamed(o, img.Name) {
 				parts = append(parts, r.Path)
 			}
 		}
@@ -128,7 +136,7 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", img.Name, err)
 		}
-		out.Images = append(out.Images, ImageResult{Name: img.Name, Ref: img.Ref, Digest: desc.Digest.String(),
+		out.Images = append(out.Images, session.ImageResult{Name: img.Name, Ref: img.Ref, Digest: desc.Digest.String(),
 			Path: inspect.ImagePath(dir, img.Name), Platforms: img.PlatformIDs()})
 	}
 	if err := replaceAll(merged, filepath.Join(work, "old"), out.Images); err != nil {
@@ -139,11 +147,11 @@ func spreadImages(ctx context.Context, opts Options, hosts []string) (*ImagesOut
 
 // replaceAll moves the merged tarballs into place, the old ones aside
 // first, and puts the old ones back if any move fails.
-func replaceAll(merged, old string, images []ImageResult) error {
+func replaceAll(merged, old string, images []session.ImageResult) error {
 	if err := os.Mkdir(old, 0o755); err != nil {
 		return err
 	}
-	var moved []ImageResult
+	var moved []session.ImageResult
 	undo := func(err error) error {
 		for _, r := range moved {
 			os.Remove(r.Path)
@@ -165,7 +173,7 @@ func replaceAll(merged, old string, images []ImageResult) error {
 
 // sameSources refuses parts that read a source file differently, or were
 // stamped differently: the tree changed between the daemons' reads.
-func sameSources(hosts []string, outcomes []*ImagesOutcome) error {
+func sameSources(hosts []string, outcomes []*session.ImagesOutcome) error {
 	seen := map[string]string{}
 	from := map[string]string{}
 	var stamp *plan.Stamp
@@ -173,15 +181,15 @@ func sameSources(hosts []string, outcomes []*ImagesOutcome) error {
 		if o == nil {
 			continue
 		}
-		if stamp != nil && !reflect.DeepEqual(*stamp, o.stamp) {
+		if stamp != nil && !reflect.DeepEqual(*stamp, o.Stamp) {
 			return fmt.Errorf("the daemons at %s and %s stamped the build differently (%s %s %s, %s %s %s): the tree changed while they built it; build again", from["stamp"], hosts[i],
-				stamp.Version, stamp.Commit, stamp.TreeState, o.stamp.Version, o.stamp.Commit, o.stamp.TreeState)
+				stamp.Version, stamp.Commit, stamp.TreeState, o.Stamp.Version, o.Stamp.Commit, o.Stamp.TreeState)
 		}
 		if stamp == nil {
-			stamp, from["stamp"] = &o.stamp, hosts[i]
+			stamp, from["stamp"] = &o.Stamp, hosts[i]
 		}
-		for _, file := range slices.Sorted(maps.Keys(o.sources)) {
-			digest := o.sources[file]
+		for _, file := range slices.Sorted(maps.Keys(o.Sources)) {
+			digest := o.Sources[file]
 			if d, ok := seen[file]; ok && d != digest {
 				return fmt.Errorf("the daemons at %s and %s were sent different %s: the tree changed while they built it; build again", from[file], hosts[i], file)
 			}
@@ -204,16 +212,16 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func (o *ImagesOutcome) imagesNamed(name string) []ImageResult {
+func imagesNamed(o *session.ImagesOutcome, name string) []session.ImageResult {
 	if o == nil {
 		return nil
 	}
-	return slices.DeleteFunc(slices.Clone(o.Images), func(r ImageResult) bool { return r.Name != name })
+	return slices.DeleteFunc(slices.Clone(o.Images), func(r session.ImageResult) bool { return r.Name != name })
 }
 
-// daemonsOf is the daemons a build runs on: Daemon, else BUILDKIT_HOST's
-// list, else none named (the managed local daemon).
-func daemonsOf(opts Options) []string {
+// Daemons is the daemons a build runs on: Options.Daemon, else
+// BUILDKIT_HOST's list, else none named (the managed local daemon).
+func Daemons(opts session.Options) []string {
 	if opts.Daemon != "" {
 		return []string{opts.Daemon}
 	}

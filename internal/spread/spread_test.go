@@ -1,4 +1,4 @@
-package session_test
+package spread_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
 	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
 
@@ -59,16 +60,16 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
 		out := t.TempDir()
 		opts := session.Options{Root: testdaemon.RepoRoot(t), OutDir: out, Progress: "quiet", Platforms: "linux/amd64,linux/arm64", Images: []string{"antrea-controller"}}
-		spread, err := session.Images(ctx, opts)
+		both, err := spread.Images(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, _ := os.ReadFile(spread.Images[0].Path)
-		if spread.Images[0].Digest != whole.Digest || !bytes.Equal(got, want) {
-			t.Errorf("built on two daemons: %s (%d bytes), on one: %s (%d bytes)", spread.Images[0].Digest, len(got), whole.Digest, len(want))
+		got, _ := os.ReadFile(both.Images[0].Path)
+		if both.Images[0].Digest != whole.Digest || !bytes.Equal(got, want) {
+			t.Errorf("built on two daemons: %s (%d bytes), on one: %s (%d bytes)", both.Images[0].Digest, len(got), whole.Digest, len(want))
 		}
 		var names []string
-		for _, st := range spread.Steps {
+		for _, st := range both.Steps {
 			names = append(names, st.Name)
 		}
 		for _, platform := range []string{"linux/amd64", "linux/arm64"} {
@@ -80,10 +81,10 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		// is written.
 		missing := "unix://" + filepath.Join(t.TempDir(), "buildkitd.sock")
 		t.Setenv(buildkit.HostEnv, a.Address+","+missing)
-		if _, err = session.Images(ctx, opts); err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "linux/arm64") {
+		if _, err = spread.Images(ctx, opts); err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "linux/arm64") {
 			t.Errorf("a build on a daemon that is not there: %v", err)
 		}
-		got, _ = os.ReadFile(spread.Images[0].Path)
+		got, _ = os.ReadFile(both.Images[0].Path)
 		if entries, _ := os.ReadDir(filepath.Join(out, "images")); len(entries) != 1 || !bytes.Equal(got, want) {
 			t.Errorf("a failed spread build changed the images folder: %v", entries)
 		}
@@ -91,7 +92,7 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
 		withCache := opts
 		withCache.CacheTo = "type=local,dest=" + t.TempDir()
-		if _, err := session.Images(ctx, withCache); err == nil || !strings.Contains(err.Error(), "-cacheto") {
+		if _, err := spread.Images(ctx, withCache); err == nil || !strings.Contains(err.Error(), "-cacheto") {
 			t.Errorf("a spread build exporting a layer cache: %v", err)
 		}
 	})
