@@ -54,12 +54,16 @@ import (
 // graph, kiln itself) is kept as it is: builds are reproducible, so building
 // it again would write the same bytes.
 //
-// BUILDKIT_HOST=A,B,... spreads the platforms over several daemons and
-// merges each image's parts into the tarball one daemon writes (such a
-// build always solves, and exports no cache).
-func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool, metadata *string) error {
+// BUILDKIT_HOST=A,B,... spreads the platforms over several daemons (those
+// kiln.yaml's builders prefer first) and merges each image's parts into
+// the tarball one daemon writes (such a build always solves, and exports
+// no cache).
+//
+//	-retryelsewhere                      with several daemons, rebuild the platforms of
+//	                                     one that fails on one that finished
+func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool, metadata *string, retryelsewhere *bool) error {
 	o := cli.Options(platforms, stamp, progress)
-	o.Images, o.Rebuild = cli.List(images), cli.Bool(rebuild)
+	o.Images, o.Rebuild, o.RetryElsewhere = cli.List(images), cli.Bool(rebuild), cli.Bool(retryelsewhere)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
 	o.GoCacheTo, o.GoCacheFrom = cli.Str(gocacheto), cli.Str(gocachefrom)
 	outcome, err := spread.Images(ctx, o)
@@ -264,13 +268,16 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 //	-module=modcache:PATH@VERSION  a module copied from the module cache
 //	-vendor                        vendor that copy first (go mod vendor)
 //	-platforms                     as for images
-//	-only=cold,noop,kept,edits,fresh,cgo
+//	-only=cold,noop,kept,edits,fresh,cgo,daemons
 //	                               run these figures' scenarios only, with the cold
-//	                               runs they start from (default: every one)
+//	                               runs they start from (default: every one but daemons)
+//	-daemons=N                     daemons: the platforms dealt to N daemons (default 3),
+//	                               each node's share timed alone, and the projection
+//	                               for N machines (the longest node against one daemon)
 //	-registry=HOST[:PORT]          for the fresh-daemon scenarios (default REGISTRY,
 //	                               else a docker-registry started on loopback)
 //	-compare=OLD.json,NEW.json     compare two reports instead
-func Bench(ctx context.Context, runs *int, module *string, packages *string, vendor *bool, platforms *string, only *string, compare *string, registry *string) error {
+func Bench(ctx context.Context, runs *int, module *string, packages *string, vendor *bool, platforms *string, only *string, compare *string, registry *string, daemons *int) error {
 	cli.Logging()
 	if compare != nil {
 		files := strings.Split(*compare, ",")
@@ -282,6 +289,9 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 	o := bench.Options{Build: cli.Options(platforms, nil, nil), Registry: cli.Str(registry), Only: cli.List(only)}
 	if runs != nil {
 		o.Runs = *runs
+	}
+	if daemons != nil {
+		o.Daemons = *daemons
 	}
 	if module != nil {
 		dir := *module

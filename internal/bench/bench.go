@@ -47,14 +47,20 @@ type Options struct {
 	// Registry (HOST[:PORT]) holds the caches of the fresh-daemon
 	// scenarios; REGISTRY, else a docker-registry on loopback, when empty.
 	Registry string
-	// Only names the groups of scenarios to run (Groups); every one when
-	// empty. A group brings the cold runs whose state it starts from.
+	// Only names the groups of scenarios to run (Groups); every one but
+	// daemons when empty. A group brings the cold runs whose state it
+	// starts from.
 	Only []string
+	// Daemons is how many daemons the daemons group spreads the platforms
+	// over (default 3).
+	Daemons int
 }
 
 // Groups are the names Options.Only takes, each the scenarios of one
 // figure of the report, with the cold runs they start from.
-var Groups = []string{"cold", "noop", "kept", "edits", "fresh", "cgo"}
+// The daemons group runs only when named: it starts daemons of its own
+// and builds every platform cold three times over.
+var Groups = []string{"cold", "noop", "kept", "edits", "fresh", "cgo", "daemons"}
 
 // Scenario is one measured situation.
 type Scenario struct {
@@ -144,6 +150,8 @@ type Report struct {
 	Retried []string `json:"retried,omitempty"`
 	// Only names the groups run (-only); empty when every one ran.
 	Only []string `json:"only,omitempty"`
+	// Projection is the daemons group's, when it ran.
+	Projection *Projection `json:"projection,omitempty"`
 }
 
 // seedCgoRatio is Antrea's 9m49s with the cgo split over 6m42s without.
@@ -300,11 +308,12 @@ func Run(ctx context.Context, opts Options) (*Report, []string, error) {
 		{r.freshDaemon(KilnFreshLayers, false), []string{"fresh"}},
 		{r.freshDaemon(KilnFreshSnapshot, true), []string{"fresh"}},
 		{r.cgo, []string{"cgo"}},
+		{r.daemons, []string{"daemons"}},
 	}
 	r.report.Only = opts.Only
 	var scenarios []func(context.Context) error
 	for _, sc := range all {
-		if len(opts.Only) == 0 || slices.ContainsFunc(sc.groups, func(g string) bool { return slices.Contains(opts.Only, g) }) {
+		if len(opts.Only) == 0 && !slices.Contains(sc.groups, "daemons") || slices.ContainsFunc(sc.groups, func(g string) bool { return slices.Contains(opts.Only, g) }) {
 			scenarios = append(scenarios, sc.run)
 		}
 	}

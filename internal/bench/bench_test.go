@@ -261,10 +261,7 @@ func TestOnlyRunsTheNamedGroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names []string
-	for _, s := range report.Scenarios {
-		names = append(names, s.Name)
-	}
+	names := scenarioNames(report)
 	if want := []string{bench.NativeCgoSplit, bench.NativeCgoUniform}; !slices.Equal(names, want) {
 		t.Errorf("-only=cgo ran %v, want %v", names, want)
 	}
@@ -277,4 +274,51 @@ func TestOnlyRunsTheNamedGroups(t *testing.T) {
 	if !strings.Contains(table.String(), "only the scenarios of cgo (-only)") || !strings.Contains(string(md), "Only the scenarios of cgo (-only)") {
 		t.Errorf("the reports do not say only cgo ran:\n%s\n%s", table.String(), md)
 	}
+}
+
+// TestDaemonsProjection: the daemons group deals the platforms as a spread
+// build does, times each node's share alone and all of them side by side,
+// and projects the longest node against one daemon.
+func TestDaemonsProjection(t *testing.T) {
+	testdaemon.Buildkit(t)
+	opts := options(t, fixture(t))
+	opts.Build.Platforms, opts.Only, opts.Daemons = "linux/amd64,linux/arm64", []string{"daemons"}, 2
+	report, _, err := bench.Run(context.Background(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := scenarioNames(report)
+	if want := []string{bench.KilnOneDaemon, "kiln cold, node 1 of 2 alone", "kiln cold, node 2 of 2 alone", bench.KilnSideBySide}; !slices.Equal(names, want) {
+		t.Fatalf("-only=daemons ran %v, want %v", names, want)
+	}
+	// Each node built its own platform, and only it.
+	platforms := []string{"linux/amd64", "linux/arm64"}
+	for i, platform := range platforms {
+		s, other := report.Scenarios[1+i], platforms[1-i]
+		if !slices.Contains(s.StepsRan, "["+platform+"] go build") || slices.ContainsFunc(s.StepsRan, func(n string) bool { return strings.HasPrefix(n, "["+other+"]") }) {
+			t.Errorf("%s ran %v, want %s's go build and not %s's", s.Name, s.StepsRan, platform, other)
+		}
+	}
+	p := report.Projection
+	if p == nil || p.Daemons != 2 || len(p.Nodes) != 2 || p.Nodes[1].Platforms[0] != "linux/arm64" {
+		t.Fatalf("projection: %+v", p)
+	}
+	if p.CriticalPath != max(p.Nodes[0].Wall, p.Nodes[1].Wall) || p.OneDaemon != report.Scenarios[0].Median || p.Ratio != p.CriticalPath.Seconds()/p.OneDaemon.Seconds() || p.SideBySide <= 0 {
+		t.Errorf("projection figures do not add up: %+v", p)
+	}
+	md, err := os.ReadFile(filepath.Join(opts.Out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "## 2 machines: a projection") {
+		t.Errorf("report.md has no projection:\n%s", md)
+	}
+}
+
+func scenarioNames(r *bench.Report) []string {
+	var names []string
+	for _, s := range r.Scenarios {
+		names = append(names, s.Name)
+	}
+	return names
 }

@@ -118,6 +118,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if p := r.Projection; p != nil {
+		fmt.Fprintf(w, "projected for %d machines (each node's share alone): critical path %s, %.2fx one daemon\n", p.Daemons, secs(p.CriticalPath), p.Ratio)
+	}
 	for _, retried := range r.Retried {
 		fmt.Fprintf(w, "failed once and run again from its start: %s\n", retried)
 	}
@@ -171,6 +174,7 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	writeSystemMemory(w, r.Scenarios)
 	writeMemoryBreakdown(w, r.Scenarios)
 	writeCPUBreakdown(w, r.Scenarios)
+	writeProjection(w, r.Projection)
 	if r.CgoSplitRatio > 0 {
 		fmt.Fprintf(w, "\nThe cgo split costs **%.2fx** the uniform build here (Antrea measured %.2fx: 9m49s against 6m42s). It runs natively, because kiln never builds with cgo.\n", r.CgoSplitRatio, r.SeedCgoRatio)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -248,6 +249,26 @@ func Credentials() func(host string) (string, string, error) {
 		}
 		return a.Username, a.Password, nil
 	}
+}
+
+// WriteBlob pushes data as d, a blob or a manifest, and succeeds when the
+// registry holds it already.
+func WriteBlob(ctx context.Context, pusher remotes.Pusher, d ocispec.Descriptor, data []byte) error {
+	w, err := pusher.Push(ctx, d)
+	if errdefs.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	if _, err := w.Write(data); err != nil {
+		return err
+	}
+	if err := w.Commit(ctx, d.Size, d.Digest); err != nil && !errdefs.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 // ReadBlob fetches a descriptor's content, at most max bytes, and checks it

@@ -46,6 +46,9 @@ type Config struct {
 	Source     string            `yaml:"source"`
 	Signing    Signing           `yaml:"signing"`
 	Release    Release           `yaml:"release"`
+	// Builders are daemons a spread build may name in BUILDKIT_HOST, with
+	// the platforms each prefers (a native arm64 node for linux/arm64).
+	Builders []Builder `yaml:"builders"`
 
 	// Images are read from images/*/image.yaml, sorted by name.
 	Images []Image `yaml:"-"`
@@ -159,6 +162,13 @@ type ManifestFile struct {
 	Path string
 	// Name is the release asset's name: the file's name.
 	Name string
+}
+
+// Builder is a BuildKit daemon's address and the platforms it is given
+// first when a build spread over several names it.
+type Builder struct {
+	Address   string   `yaml:"address" json:"address"`
+	Platforms []string `yaml:"platforms" json:"platforms"`
 }
 
 // Cache holds the ids of the persistent cache mounts.
@@ -456,7 +466,42 @@ func (c *Config) validate() error {
 	default:
 		return fieldErr(f, "signing.layout", "%q is not a layout; use %s (cosign's .sig and .att tags) or %s (cosign v3's Sigstore bundles as OCI referrers)", c.Signing.Layout, LayoutTags, LayoutReferrers)
 	}
+	if err := c.validateBuilders(); err != nil {
+		return err
+	}
 	return c.Release.validate(c)
+}
+
+// validateBuilders checks each builder's address and platforms, and
+// normalises the platforms as platforms are.
+func (c *Config) validateBuilders() error {
+	addresses := map[string]bool{}
+	for i := range c.Builders {
+		b := &c.Builders[i]
+		field := fmt.Sprintf("builders[%d]", i)
+		b.Address = strings.TrimSpace(b.Address)
+		scheme, _, ok := strings.Cut(b.Address, "://")
+		switch {
+		case !ok || scheme == "":
+			return fieldErr(File, field+".address", "%q is not a daemon address such as tcp://buildkitd-0.buildkitd:1234 or kube-pod://buildkitd-0", b.Address)
+		case strings.Contains(b.Address, ","):
+			return fieldErr(File, field+".address", "%q holds a comma; name one daemon a builder", b.Address)
+		case addresses[b.Address]:
+			return fieldErr(File, field+".address", "%q is named by two builders; list its platforms once", b.Address)
+		}
+		addresses[b.Address] = true
+		if len(b.Platforms) == 0 {
+			return fieldErr(File, field+".platforms", "missing; list the platforms this daemon builds first, e.g. [linux/arm64]")
+		}
+		for j, s := range b.Platforms {
+			p, err := ParsePlatform(s)
+			if err != nil {
+				return fieldErr(File, fmt.Sprintf("%s.platforms[%d]", field, j), "%v", err)
+			}
+			b.Platforms[j] = FormatPlatform(p)
+		}
+	}
+	return nil
 }
 
 func (r *Release) validate(c *Config) error {

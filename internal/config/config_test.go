@@ -83,6 +83,17 @@ func TestLoadGood(t *testing.T) {
 	}
 }
 
+// TestBuilders: a builder's platforms are normalised as platforms are.
+func TestBuilders(t *testing.T) {
+	c, err := Load(repo(t, map[string]string{File: strings.Replace(goodKiln, "tag: latest", "tag: latest\nbuilders:\n  - address: \" kube-pod://buildkitd-arm64-0\"\n    platforms: [linux/arm64/v8, linux/arm]", 1)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := c.Builders; len(b) != 1 || b[0].Address != "kube-pod://buildkitd-arm64-0" || !slices.Equal(b[0].Platforms, []string{"linux/arm64", "linux/arm/v7"}) {
+		t.Errorf("builders: %+v", b)
+	}
+}
+
 // TestARepositoryThatStampsNothingLoads: stamp is optional; without it
 // no variable is stamped.
 func TestARepositoryThatStampsNothingLoads(t *testing.T) {
@@ -189,6 +200,11 @@ func TestLoadBadInput(t *testing.T) {
 		{"unparsable budget", kiln("tag: latest", "tag: latest\nbudgets:\n  antctl: lots"), []string{File, "budgets.antctl", "size"}},
 		{"bad per-binary tag", kiln("package: ./cmd/antctl", "package: ./cmd/antctl\n    go:\n      tags: [\"a b\"]"), []string{File, "binaries[0].go.tags[0]"}},
 		{"duplicate binary", kiln("name: antrea-agent", "name: antctl"), []string{File, "binaries[1].name", "twice"}},
+		{"builder without scheme", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: buildkitd-0, platforms: [linux/arm64]}"), []string{File, "builders[0].address", "kube-pod://"}},
+		{"builder naming two daemons", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"tcp://a:1234,tcp://b:1234\", platforms: [linux/arm64]}"), []string{File, "builders[0].address", "comma"}},
+		{"builder listed twice", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\", platforms: [linux/arm64]}\n  - {address: \"kube-pod://b-0\", platforms: [linux/amd64]}"), []string{File, "builders[1].address", "two builders"}},
+		{"builder without platforms", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\"}"), []string{File, "builders[0].platforms", "missing"}},
+		{"builder with a bad platform", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\", platforms: [linux/amd64, arm64]}"), []string{File, "builders[0].platforms[1]", "invalid platform"}},
 		{"release image platform not linux", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/amd64, darwin/arm64]"), []string{File, "release.platforms[1]", "linux only", "release.assets"}},
 		{"release platform twice", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/arm/v7, linux/arm]"), []string{File, "release.platforms[1]", "twice"}},
 		{"asset of an unknown binary", kiln("tag: latest", "tag: latest\nrelease:\n  assets:\n    antrea-foo: [linux/amd64]"), []string{File, "release.assets.antrea-foo", "unknown binary", "antctl, antrea-agent"}},

@@ -56,6 +56,8 @@ type Plan struct {
 	Signing config.Signing `json:"signing"`
 	// Release is what a release publishes: image platforms and assets.
 	Release config.Release `json:"release"`
+	// Builders are the daemons' preferred platforms (package spread).
+	Builders []config.Builder `json:"builders,omitempty"`
 	// Source is the repository URL for the image source label.
 	Source string `json:"source"`
 	// Repository prefixes image names: <repository>/<image>:<tag>.
@@ -213,7 +215,7 @@ func Resolve(root string, cfg *config.Config, opts Options) (*Plan, error) {
 		d := drift[0]
 		return nil, fmt.Errorf("%s: %s: %s, which splits the Go build cache: %s; fix: %s (`mage doctor` lists all %d findings)", config.File, d.Field, d.Problem, d.Cost, d.Fix, len(drift))
 	}
-	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache, gocmd: opts.ListGo}}
+	p := &Plan{Root: root, Cache: cfg.Cache, Platforms: cfg.ParsedPlatforms, Source: cfg.Source, Repository: cfg.Repository, Signing: cfg.Signing, Release: cfg.Release, Builders: cfg.Builders, Budgets: map[string]int64{}, lists: listCache{dir: opts.ListCache, gocmd: opts.ListGo}}
 	p.host, p.goEnvConfig = opts.Host, cfg.Go.Env
 	if p.host == nil {
 		p.host = ReadHost(root, opts.ListCache, opts.Stamp, nil)

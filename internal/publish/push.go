@@ -13,6 +13,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
 )
 
@@ -48,26 +49,36 @@ type PushResult struct {
 }
 
 // Push builds every image and pushes it, all platforms in one index, tagged
-// with the version (and latest when asked).
+// with the version (and latest when asked). With several daemons
+// (BUILDKIT_HOST=A,B,...) the platforms are spread over them (pushSpread).
 func Push(ctx context.Context, opts session.Options, popts PushOptions) ([]PushResult, error) {
 	registry, _, err := buildkit.RegistryHost(popts.Registry)
 	if err != nil {
 		return nil, err
+	}
+	if hosts := spread.Daemons(opts); len(hosts) > 1 {
+		return pushSpread(ctx, opts, popts, registry, hosts)
 	}
 	s, err := session.Start(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	defer s.Close()
-	return push(ctx, s, registry, popts.SkipTLSVerify, popts.Latest, popts.ReadBack)
+	return push(ctx, s, registry, popts.SkipTLSVerify, tagsOf(s.Plan.Stamp.Version, popts.Latest), popts.ReadBack)
 }
 
-func push(ctx context.Context, s *session.Session, registry string, skipTLSVerify, latest, readBack bool) ([]PushResult, error) {
-	s.UseRegistry(registry + "/" + s.Plan.Repository)
-	tags := []string{s.Plan.Stamp.Version}
+// tagsOf are the tags a push gives each image.
+func tagsOf(version string, latest bool) []string {
 	if latest {
-		tags = append(tags, "latest")
+		return []string{version, "latest"}
 	}
+	return []string{version}
+}
+
+// push builds every image of the session and pushes it under tags, or, with
+// no tags, by digest alone (a part of a spread push).
+func push(ctx context.Context, s *session.Session, registry string, skipTLSVerify bool, tags []string, readBack bool) ([]PushResult, error) {
+	s.UseRegistry(registry + "/" + s.Plan.Repository)
 	var jobs []buildkit.Job
 	var results []PushResult
 	for _, img := range s.Plan.Images {
@@ -79,8 +90,18 @@ func push(ctx context.Context, s *session.Session, registry string, skipTLSVerif
 			}
 			refs = append(refs, ref)
 		}
-		exportAttrs := s.ExporterAttrs(strings.Join(refs, ","), img.HasBase())
+		name := strings.Join(refs, ",")
+		if len(tags) == 0 {
+			name = fmt.Sprintf("%s/%s/%s", registry, s.Plan.Repository, img.Name)
+			if _, err := reference.ParseNormalizedNamed(name); err != nil {
+				return nil, fmt.Errorf("image reference %q: %w", name, err)
+			}
+		}
+		exportAttrs := s.ExporterAttrs(name, img.HasBase())
 		exportAttrs["push"] = "true"
+		if len(tags) == 0 {
+			exportAttrs["push-by-digest"] = "true"
+		}
 		if skipTLSVerify {
 			exportAttrs["registry.insecure"] = "true"
 		}

@@ -161,7 +161,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 		defer os.RemoveAll(work)
 	}
 	// Read back: signing reads the registry with kiln's client anyway.
-	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, ropts.Latest, true)
+	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, tagsOf(s.Plan.Stamp.Version, ropts.Latest), true)
 	if err != nil {
 		return nil, err
 	}

@@ -135,6 +135,29 @@ func ImagesDir(opts Options, p *plan.Plan) string {
 	return filepath.Join(opts.OutDirFor(p.Root), "images")
 }
 
+// SourceDigests are the digests of the binaries' files this session
+// sends, by path: what a part of a spread build read of the tree. A build
+// of images reads them once, before its solve; a push reads the tree each
+// time.
+func (s *Session) SourceDigests() map[string]string {
+	hash := func(f string) (string, error) {
+		if s.hashes != nil {
+			return s.hashes.Hash(f)
+		}
+		data, err := os.ReadFile(filepath.Join(s.Plan.Root, f))
+		return uptodate.Digest(data), err
+	}
+	digests := map[string]string{}
+	for _, b := range s.Plan.Binaries {
+		for _, f := range b.Files {
+			if d, err := hash(f); err == nil {
+				digests[f] = d
+			}
+		}
+	}
+	return digests
+}
+
 // WriteImages builds every planned image in this session and writes each
 // as an OCI layout tarball, as Images does, but records no no-op.
 func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome, error) {
@@ -147,14 +170,7 @@ func (s *Session) WriteImages(ctx context.Context, opts Options) (*ImagesOutcome
 	done := readOutputs(outDir)
 	out := &ImagesOutcome{Images: make([]ImageResult, len(s.Plan.Images))}
 	if opts.Part {
-		out.Stamp, out.Sources = s.Plan.Stamp, map[string]string{}
-		for _, b := range s.Plan.Binaries {
-			for _, f := range b.Files {
-				if d, err := s.hashes.Hash(f); err == nil {
-					out.Sources[f] = d
-				}
-			}
-		}
+		out.Stamp, out.Sources = s.Plan.Stamp, s.SourceDigests()
 	}
 	keys := make([]string, len(s.Plan.Images))
 	var jobs []buildkit.Job

@@ -71,6 +71,9 @@ type Options struct {
 	// Part is set by package spread on the session of one daemon of a spread
 	// build: its outcome carries the sources it read and its stamp.
 	Part bool
+	// RetryElsewhere, with several daemons, reruns the platforms of a
+	// daemon that failed on one that finished (package spread).
+	RetryElsewhere bool
 	// Rebuild solves and writes the outputs even when the ones already
 	// written were made from the same inputs (to time a build, or to fill a
 	// pruned daemon's caches).

@@ -165,7 +165,7 @@ func AttachReferrers(ctx context.Context, resolver remotes.Resolver, repository 
 			d    ocispec.Descriptor
 			data []byte
 		}{{layer, r.Bundle}, {cfg, []byte(emptyJSON)}, {md, manifest}} {
-			if err := push(ctx, pusher, blob.d, blob.data); err != nil {
+			if err := buildkit.WriteBlob(ctx, pusher, blob.d, blob.data); err != nil {
 				return nil, fmt.Errorf("attach %s: %w", ref, err)
 			}
 		}
@@ -190,7 +190,7 @@ func AttachReferrers(ctx context.Context, resolver remotes.Resolver, repository 
 	if err != nil {
 		return nil, fmt.Errorf("attach %s: %w", tag, err)
 	}
-	if err := push(ctx, pusher, id, index); err != nil {
+	if err := buildkit.WriteBlob(ctx, pusher, id, index); err != nil {
 		return nil, fmt.Errorf("attach %s: %w", tag, err)
 	}
 	return attached, nil

@@ -67,7 +67,7 @@ func Attach(ctx context.Context, resolver remotes.Resolver, repository string, s
 	var descs []ocispec.Descriptor
 	for _, l := range layers {
 		d := ocispec.Descriptor{MediaType: l.MediaType, Digest: digest.FromBytes(l.Data), Size: int64(len(l.Data)), Annotations: l.Annotations}
-		if err := push(ctx, pusher, d, l.Data); err != nil {
+		if err := buildkit.WriteBlob(ctx, pusher, d, l.Data); err != nil {
 			return "", fmt.Errorf("attach %s: %w", ref, err)
 		}
 		descs = append(descs, d)
@@ -75,33 +75,15 @@ func Attach(ctx context.Context, resolver remotes.Resolver, repository string, s
 	}
 	config, _ := json.Marshal(ocispec.Image{RootFS: ocispec.RootFS{Type: "layers", DiffIDs: diffIDs}})
 	configDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(config), Size: int64(len(config))}
-	if err := push(ctx, pusher, configDesc, config); err != nil {
+	if err := buildkit.WriteBlob(ctx, pusher, configDesc, config); err != nil {
 		return "", fmt.Errorf("attach %s: %w", ref, err)
 	}
 	manifest, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: configDesc, Layers: descs})
 	md := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(manifest), Size: int64(len(manifest))}
-	if err := push(ctx, pusher, md, manifest); err != nil {
+	if err := buildkit.WriteBlob(ctx, pusher, md, manifest); err != nil {
 		return "", fmt.Errorf("attach %s: %w", ref, err)
 	}
 	return md.Digest, nil
-}
-
-func push(ctx context.Context, pusher remotes.Pusher, d ocispec.Descriptor, data []byte) error {
-	w, err := pusher.Push(ctx, d)
-	if errdefs.IsAlreadyExists(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer w.Close()
-	if _, err := w.Write(data); err != nil {
-		return err
-	}
-	if err := w.Commit(ctx, d.Size, d.Digest); err != nil && !errdefs.IsAlreadyExists(err) {
-		return err
-	}
-	return nil
 }
 
 // fetchTagged reads what a tag names, bounded and checked against its

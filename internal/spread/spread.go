@@ -8,6 +8,7 @@ package spread
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
 	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/ocimerge"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/session"
@@ -30,15 +32,15 @@ import (
 )
 
 // Images builds the images on the daemons opts names (Options.Daemon,
-// else BUILDKIT_HOST): on one, as session.Images does; on several, as
-// session.Images would build them on one: the build's platforms are dealt to the daemons in plan order,
-// each daemon builds its platforms of every image into a folder of its
-// own, and each image's parts are merged (package ocimerge) into the
-// layout one daemon would write, with the same digest. The layouts replace
-// the old ones once every daemon succeeded and every image merged; a
-// daemon that fails fails the build, naming it, and writes nothing. The
-// parts must have read the same sources and stamp: a tree edited while the
-// daemons build fails the build too.
+// else BUILDKIT_HOST): on one through session.Images; on several, to the
+// bytes one would write. The build's platforms are dealt to the daemons
+// (Deal), each daemon builds its platforms of every image into a folder
+// of its own, and each image's parts are merged (package ocimerge). The
+// tarballs replace the old ones once every part is built and every image
+// merged; a daemon that fails fails the build, naming it, and writes
+// nothing, unless Options.RetryElsewhere builds its platforms on another.
+// The parts must have read the same sources and stamp: a tree edited
+// while the daemons build fails the build too.
 func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, error) {
 	hosts := Daemons(opts)
 	if len(hosts) < 2 {
@@ -48,7 +50,86 @@ func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, 
 	if err != nil {
 		return nil, err
 	}
-	// Each daemon would export its own platforms over the others'.
+	shares, err := Split(opts, p, hosts)
+	if err != nil {
+		return nil, err
+	}
+	dir := session.ImagesDir(opts, p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	// Swept by the next build if this one is killed.
+	work, err := atomicfile.Temp(filepath.Join(dir, ".spread"), true)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	b := builder{work: work, progress: shares[0].Options.ProgressOut}
+	parts := make([]*part, len(shares))
+	for i, sh := range shares {
+		parts[i] = &part{Share: sh}
+	}
+	if opts.RetryElsewhere {
+		err = b.buildRetrying(ctx, parts)
+	} else {
+		err = b.buildAll(ctx, parts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	var reads []Read
+	for _, pt := range parts {
+		reads = append(reads, Read{Host: pt.Host, Sources: pt.out.Sources, Stamp: pt.out.Stamp})
+	}
+	if err := SameTree(reads); err != nil {
+		return nil, err
+	}
+
+	out := &session.ImagesOutcome{}
+	for _, pt := range parts {
+		out.Steps = out.Steps.Plus(pt.out.Steps)
+		out.Explanations = append(out.Explanations, pt.out.Explanations...)
+	}
+	merged := filepath.Join(work, "merged")
+	if err := os.Mkdir(merged, 0o755); err != nil {
+		return nil, err
+	}
+	for _, img := range p.Images {
+		var tarballs []string
+		for _, pt := range parts {
+			for _, r := range pt.out.Images {
+				if r.Name == img.Name {
+					tarballs = append(tarballs, r.Path)
+				}
+			}
+		}
+		desc, err := ocimerge.Merge(ctx, inspect.ImagePath(merged, img.Name), tarballs, img.Targets)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", img.Name, err)
+		}
+		out.Images = append(out.Images, session.ImageResult{Name: img.Name, Ref: img.Ref, Digest: desc.Digest.String(),
+			Path: inspect.ImagePath(dir, img.Name), Platforms: img.PlatformIDs()})
+	}
+	if err := replaceAll(merged, filepath.Join(work, "old"), out.Images); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Share is one daemon's share of a spread build: its platforms of every
+// image that has them, and the options that build them there.
+type Share struct {
+	Host      string
+	Platforms []string
+	Options   session.Options
+}
+
+// Split deals the plan's platforms to the daemons (Deal) and returns a
+// share for each daemon given any, whose options build its platforms on
+// it with the others' progress (plain lines, one writer). A spread build
+// exports no layer cache or Go cache snapshot yet: each daemon's would
+// replace the others'.
+func Split(opts session.Options, p *plan.Plan, hosts []string) ([]Share, error) {
 	for _, c := range []struct{ flag, field, value string }{
 		{"-cacheto", "cache.to", cmp.Or(opts.CacheTo, p.Cache.To)},
 		{"-gocacheto", "cache.gocacheTo", cmp.Or(opts.GoCacheTo, p.Cache.GoCacheTo)},
@@ -64,85 +145,29 @@ func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, 
 	if mode == "auto" || mode == "tty" {
 		mode = "plain" // one display per daemon, so lines, not a screen
 	}
-	dealt := make([][]string, len(hosts))
-	for i, platform := range p.PlatformIDs() {
-		dealt[i%len(hosts)] = append(dealt[i%len(hosts)], platform)
-	}
-	dir := session.ImagesDir(opts, p)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	// Swept by the next build if this one is killed.
-	work, err := atomicfile.Temp(filepath.Join(dir, ".spread"), true)
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(work)
-	progressOut := &lockedWriter{w: opts.ProgressOut}
-	if progressOut.w == nil {
-		progressOut.w = os.Stderr
-	}
-
-	outcomes := make([]*session.ImagesOutcome, len(hosts))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, host := range hosts {
+	progress := &lockedWriter{w: cmp.Or[io.Writer](opts.ProgressOut, os.Stderr)}
+	var shares []Share
+	for i, platforms := range Deal(p.PlatformIDs(), hosts, p.Builders) {
+		if len(platforms) == 0 {
+			continue
+		}
 		var images []string
 		for _, img := range p.Images {
-			if slices.ContainsFunc(img.PlatformIDs(), func(id string) bool { return slices.Contains(dealt[i], id) }) {
+			if slices.ContainsFunc(img.PlatformIDs(), func(id string) bool { return slices.Contains(platforms, id) }) {
 				images = append(images, img.Name)
 			}
 		}
-		if len(images) == 0 {
-			continue
-		}
 		o := opts
-		o.Daemon, o.Platforms, o.Images, o.Progress = host, strings.Join(dealt[i], ","), images, mode
-		o.OutDir, o.ProgressOut, o.Part = filepath.Join(work, strconv.Itoa(i)), progressOut, true
-		g.Go(func() error {
-			out, err := session.Images(gctx, o)
-			if err != nil {
-				return fmt.Errorf("the daemon at %s, building %s: %w", host, strings.Join(dealt[i], ", "), err)
-			}
-			outcomes[i] = out
-			return nil
-		})
+		o.Daemon, o.Platforms, o.Images = hosts[i], strings.Join(platforms, ","), images
+		o.Progress, o.ProgressOut = mode, progress
+		shares = append(shares, Share{Host: hosts[i], Platforms: platforms, Options: o})
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	if err := sameSources(hosts, outcomes); err != nil {
-		return nil, err
-	}
+	return shares, nil
+}
 
-	out := &session.ImagesOutcome{}
-	for _, o := range outcomes {
-		if o != nil {
-			out.Steps = out.Steps.Plus(o.Steps)
-			out.Explanations = append(out.Explanations, o.Explanations...)
-		}
-	}
-	merged := filepath.Join(work, "merged")
-	if err := os.Mkdir(merged, 0o755); err != nil {
-		return nil, err
-	}
-	for _, img := range p.Images {
-		var parts []string
-		for _, o := range outcomes {
-			for _, r := range imagesNamed(o, img.Name) {
-				parts = append(parts, r.Path)
-			}
-		}
-		desc, err := ocimerge.Merge(ctx, inspect.ImagePath(merged, img.Name), parts, img.Targets)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", img.Name, err)
-		}
-		out.Images = append(out.Images, session.ImageResult{Name: img.Name, Ref: img.Ref, Digest: desc.Digest.String(),
-			Path: inspect.ImagePath(dir, img.Name), Platforms: img.PlatformIDs()})
-	}
-	if err := replaceAll(merged, filepath.Join(work, "old"), out.Images); err != nil {
-		return nil, err
-	}
-	return out, nil
+// Failed names the daemon and platforms of a share that failed.
+func (sh Share) Failed(err error) error {
+	return fmt.Errorf("the daemon at %s, building %s: %w", sh.Host, strings.Join(sh.Platforms, ", "), err)
 }
 
 // replaceAll moves the merged tarballs into place, the old ones aside
@@ -171,29 +196,31 @@ func replaceAll(merged, old string, images []session.ImageResult) error {
 	return nil
 }
 
-// sameSources refuses parts that read a source file differently, or were
+// Read is what one daemon's part of a spread build read of the tree:
+// each binary file's digest, and the stamp.
+type Read struct {
+	Host    string
+	Sources map[string]string
+	Stamp   plan.Stamp
+}
+
+// SameTree refuses parts that read a source file differently, or were
 // stamped differently: the tree changed between the daemons' reads.
-func sameSources(hosts []string, outcomes []*session.ImagesOutcome) error {
+func SameTree(reads []Read) error {
 	seen := map[string]string{}
 	from := map[string]string{}
-	var stamp *plan.Stamp
-	for i, o := range outcomes {
-		if o == nil {
-			continue
+	for i, r := range reads {
+		if i > 0 && !reflect.DeepEqual(reads[0].Stamp, r.Stamp) {
+			s0, s := reads[0].Stamp, r.Stamp
+			return fmt.Errorf("the daemons at %s and %s stamped the build differently (%s %s %s, %s %s %s): the tree changed while they built it; build again", reads[0].Host, r.Host,
+				s0.Version, s0.Commit, s0.TreeState, s.Version, s.Commit, s.TreeState)
 		}
-		if stamp != nil && !reflect.DeepEqual(*stamp, o.Stamp) {
-			return fmt.Errorf("the daemons at %s and %s stamped the build differently (%s %s %s, %s %s %s): the tree changed while they built it; build again", from["stamp"], hosts[i],
-				stamp.Version, stamp.Commit, stamp.TreeState, o.Stamp.Version, o.Stamp.Commit, o.Stamp.TreeState)
-		}
-		if stamp == nil {
-			stamp, from["stamp"] = &o.Stamp, hosts[i]
-		}
-		for _, file := range slices.Sorted(maps.Keys(o.Sources)) {
-			digest := o.Sources[file]
+		for _, file := range slices.Sorted(maps.Keys(r.Sources)) {
+			digest := r.Sources[file]
 			if d, ok := seen[file]; ok && d != digest {
-				return fmt.Errorf("the daemons at %s and %s were sent different %s: the tree changed while they built it; build again", from[file], hosts[i], file)
+				return fmt.Errorf("the daemons at %s and %s were sent different %s: the tree changed while they built it; build again", from[file], r.Host, file)
 			}
-			seen[file], from[file] = digest, hosts[i]
+			seen[file], from[file] = digest, r.Host
 		}
 	}
 	return nil
@@ -212,13 +239,6 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func imagesNamed(o *session.ImagesOutcome, name string) []session.ImageResult {
-	if o == nil {
-		return nil
-	}
-	return slices.DeleteFunc(slices.Clone(o.Images), func(r session.ImageResult) bool { return r.Name != name })
-}
-
 // Daemons is the daemons a build runs on: Options.Daemon, else
 // BUILDKIT_HOST's list, else none named (the managed local daemon).
 func Daemons(opts session.Options) []string {
@@ -226,4 +246,137 @@ func Daemons(opts session.Options) []string {
 		return []string{opts.Daemon}
 	}
 	return buildkit.Hosts(os.Getenv(buildkit.HostEnv))
+}
+
+// part is a share being built, and what it built.
+type part struct {
+	Share
+	out *session.ImagesOutcome
+}
+
+// builder runs the parts of one spread build of images.
+type builder struct {
+	work     string
+	progress io.Writer
+	dirs     int
+}
+
+// nextDir is a new folder for one daemon's outputs.
+func (b *builder) nextDir() string {
+	b.dirs++
+	return filepath.Join(b.work, strconv.Itoa(b.dirs))
+}
+
+// build builds pt's share on host, into dir.
+func (b *builder) build(ctx context.Context, pt *part, host, dir string) error {
+	o := pt.Options
+	o.Daemon, o.OutDir, o.Part = host, dir, true
+	out, err := session.Images(ctx, o)
+	if err != nil {
+		return Share{Host: host, Platforms: pt.Platforms}.Failed(err)
+	}
+	pt.Host, pt.out = host, out
+	return nil
+}
+
+// buildAll builds every part on its daemon; the first to fail stops the
+// others.
+func (b *builder) buildAll(ctx context.Context, parts []*part) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for _, pt := range parts {
+		dir := b.nextDir()
+		g.Go(func() error { return b.build(gctx, pt, pt.Host, dir) })
+	}
+	return g.Wait()
+}
+
+// buildRetrying builds every part on its daemon, letting the others go on
+// when one fails, then rebuilds each failed part on the daemon that
+// finished with the fewest platforms. It fails when a rebuild fails, when
+// no daemon finished, or when the build was cancelled.
+func (b *builder) buildRetrying(ctx context.Context, parts []*part) error {
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, pt := range parts {
+		dir := b.nextDir()
+		wg.Go(func() { errs[i] = b.build(ctx, pt, pt.Host, dir) })
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return errors.Join(append([]error{err}, errs...)...)
+	}
+	load := map[string]int{}
+	for i, pt := range parts {
+		if errs[i] == nil {
+			load[pt.Host] = len(pt.Platforms)
+		}
+	}
+	if len(load) == 0 {
+		return fmt.Errorf("no daemon finished, so none could build the others' platforms: %w", errors.Join(errs...))
+	}
+	for i, pt := range parts {
+		if errs[i] == nil {
+			continue
+		}
+		host := ""
+		for _, done := range parts {
+			if _, ok := load[done.Host]; ok && (host == "" || load[done.Host] < load[host]) {
+				host = done.Host
+			}
+		}
+		fmt.Fprintf(b.progress, "kiln: %v\nkiln: building %s on the daemon at %s instead (-retryelsewhere)\n", errs[i], strings.Join(pt.Platforms, ", "), host)
+		if err := b.build(ctx, pt, host, b.nextDir()); err != nil {
+			return fmt.Errorf("%w; then, retried elsewhere: %w", errs[i], err)
+		}
+		load[host] += len(pt.Platforms)
+	}
+	return nil
+}
+
+// Deal gives each platform (in plan order) to a daemon: a platform some
+// builder prefers to the least loaded of the daemons preferring it, the
+// others then to the least loaded daemon, the first on a tie. Without
+// preferences that is round-robin in list order.
+func Deal(platformIDs, hosts []string, builders []config.Builder) [][]string {
+	prefers := map[string][]int{}
+	for i, h := range hosts {
+		for _, b := range builders {
+			if b.Address == h {
+				for _, id := range b.Platforms {
+					prefers[id] = append(prefers[id], i)
+				}
+			}
+		}
+	}
+	dealt := make([][]string, len(hosts))
+	least := func(among []int) int {
+		best := among[0]
+		for _, i := range among[1:] {
+			if len(dealt[i]) < len(dealt[best]) {
+				best = i
+			}
+		}
+		return best
+	}
+	all := make([]int, len(hosts))
+	for i := range all {
+		all[i] = i
+	}
+	given := map[string]bool{}
+	for _, id := range platformIDs {
+		if among := prefers[id]; len(among) > 0 {
+			i := least(among)
+			dealt[i], given[id] = append(dealt[i], id), true
+		}
+	}
+	for _, id := range platformIDs {
+		if !given[id] {
+			i := least(all)
+			dealt[i] = append(dealt[i], id)
+		}
+	}
+	for _, d := range dealt {
+		slices.SortFunc(d, func(a, b string) int { return slices.Index(platformIDs, a) - slices.Index(platformIDs, b) })
+	}
+	return dealt
 }

@@ -1,34 +1,61 @@
 package spread
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/plan"
-	"github.com/kiln-build/kiln/internal/session"
 )
 
 // TestSpreadPartsMustReadTheSameTree: parts of a spread build that read a
 // source file differently, or were stamped differently, are not merged.
 func TestSpreadPartsMustReadTheSameTree(t *testing.T) {
 	hosts := []string{"unix:///a.sock", "unix:///b.sock"}
-	part := func(digest, commit string, extra ...string) *session.ImagesOutcome {
+	parts := func(a, b Read) []Read {
+		a.Host, b.Host = hosts[0], hosts[1]
+		return []Read{a, b}
+	}
+	read := func(digest, commit string, extra ...string) Read {
 		sources := map[string]string{"pkg/agent/agent.go": digest}
 		for _, f := range extra {
 			sources[f] = "sha256:other"
 		}
-		return &session.ImagesOutcome{Sources: sources, Stamp: plan.Stamp{Version: "v1.0.0", Commit: commit, TreeState: "clean"}}
+		return Read{Sources: sources, Stamp: plan.Stamp{Version: "v1.0.0", Commit: commit, TreeState: "clean"}}
 	}
-	if err := sameSources(hosts, []*session.ImagesOutcome{part("sha256:a", "c1"), part("sha256:a", "c1", "pkg/agent/agent_arm64.go")}); err != nil {
+	if err := SameTree(parts(read("sha256:a", "c1"), read("sha256:a", "c1", "pkg/agent/agent_arm64.go"))); err != nil {
 		t.Errorf("parts of one tree (one reading a file the other does not): %v", err)
 	}
-	if err := sameSources(hosts, []*session.ImagesOutcome{part("sha256:a", "c1"), part("sha256:b", "c1")}); err == nil || !strings.Contains(err.Error(), "pkg/agent/agent.go") || !strings.Contains(err.Error(), hosts[1]) {
+	if err := SameTree(parts(read("sha256:a", "c1"), read("sha256:b", "c1"))); err == nil || !strings.Contains(err.Error(), "pkg/agent/agent.go") || !strings.Contains(err.Error(), hosts[1]) {
 		t.Errorf("parts that read agent.go differently: %v", err)
 	}
-	if err := sameSources(hosts, []*session.ImagesOutcome{part("sha256:a", "c1"), part("sha256:a", "c2")}); err == nil || !strings.Contains(err.Error(), "stamped") {
+	if err := SameTree(parts(read("sha256:a", "c1"), read("sha256:a", "c2"))); err == nil || !strings.Contains(err.Error(), "stamped") {
 		t.Errorf("parts stamped with two commits: %v", err)
 	}
-	if err := sameSources(hosts, []*session.ImagesOutcome{nil, part("sha256:a", "c1")}); err != nil {
-		t.Errorf("a daemon with no platform: %v", err)
+}
+
+// TestDeal: platforms go round-robin, those a builder prefers to it first,
+// and each daemon builds its share in the plan's order.
+func TestDeal(t *testing.T) {
+	platforms := []string{"linux/amd64", "linux/arm64", "linux/arm/v7"}
+	a, b, c := "tcp://a:1234", "tcp://b:1234", "kube-pod://c"
+	for _, tt := range []struct {
+		name     string
+		hosts    []string
+		builders []config.Builder
+		want     string
+	}{
+		{"round-robin", []string{a, b}, nil, "[[linux/amd64 linux/arm/v7] [linux/arm64]]"},
+		{"more daemons than platforms", []string{a, b, c, "tcp://d:1234"}, nil, "[[linux/amd64] [linux/arm64] [linux/arm/v7] []]"},
+		{"b prefers arm", []string{a, b}, []config.Builder{{Address: b, Platforms: []string{"linux/arm64", "linux/arm/v7"}}}, "[[linux/amd64] [linux/arm64 linux/arm/v7]]"},
+		{"a preferred platform given first", []string{a, b}, []config.Builder{{Address: a, Platforms: []string{"linux/arm/v7"}}}, "[[linux/arm64 linux/arm/v7] [linux/amd64]]"},
+		{"two prefer arm64, the less loaded takes it", []string{a, b, c}, []config.Builder{{Address: a, Platforms: []string{"linux/amd64", "linux/arm64"}}, {Address: c, Platforms: []string{"linux/arm64"}}}, "[[linux/amd64] [linux/arm/v7] [linux/arm64]]"},
+		{"a builder not named in the list", []string{a, b}, []config.Builder{{Address: c, Platforms: []string{"linux/amd64"}}}, "[[linux/amd64 linux/arm/v7] [linux/arm64]]"},
+		{"a preferred platform not built", []string{a, b}, []config.Builder{{Address: b, Platforms: []string{"linux/s390x"}}}, "[[linux/amd64 linux/arm/v7] [linux/arm64]]"},
+	} {
+		if got := fmt.Sprint(Deal(platforms, tt.hosts, tt.builders)); got != tt.want {
+			t.Errorf("%s: dealt %s, want %s", tt.name, got, tt.want)
+		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
+	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -24,7 +25,7 @@ import (
 // build of every platform makes, byte for byte; a daemon that is not there
 // fails the build and a merge of parts that do not make the image refuses.
 func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
-	testdaemon.Shared(t)
+	shared := testdaemon.Shared(t)
 	ctx := context.Background()
 	order := []ocispec.Platform{platforms.MustParse("linux/amd64"), platforms.MustParse("linux/arm64")}
 	build := func(platforms string) session.ImageResult {
@@ -87,6 +88,46 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		got, _ = os.ReadFile(both.Images[0].Path)
 		if entries, _ := os.ReadDir(filepath.Join(out, "images")); len(entries) != 1 || !bytes.Equal(got, want) {
 			t.Errorf("a failed spread build changed the images folder: %v", entries)
+		}
+		// Pushed from the two daemons, each its platform by digest and kiln
+		// the index under the tags, the image is the one one daemon pushes.
+		reg := testdaemon.StartRegistry(t)
+		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
+		spreadPush, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr, Latest: true, ReadBack: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(buildkit.HostEnv, shared.Address)
+		onePush, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spreadPush[0].Digest != onePush[0].Digest || len(spreadPush[0].Platforms) != 2 {
+			t.Errorf("pushed from two daemons: %s %v, from one: %s", spreadPush[0].Digest, spreadPush[0].Platforms, onePush[0].Digest)
+		}
+		for _, tag := range []string{"v0.0.0-dev", "latest"} {
+			if dgst, _, _, err := reg.Manifest("antrea/antrea-controller", tag); err != nil || dgst != onePush[0].Digest {
+				t.Errorf("the tag %s names %s (%v), want %s", tag, dgst, err, onePush[0].Digest)
+			}
+		}
+
+		// With -retryelsewhere the missing daemon's platform is built on the
+		// one that finished (the shared daemon, warm), to the same bytes.
+		t.Setenv(buildkit.HostEnv, missing+","+shared.Address)
+		var progress bytes.Buffer
+		retry := opts
+		retry.RetryElsewhere, retry.ProgressOut, retry.Progress = true, &progress, "plain"
+		if again, err := spread.Images(ctx, retry); err != nil {
+			t.Errorf("a build retried elsewhere: %v", err)
+		} else if got, _ = os.ReadFile(again.Images[0].Path); again.Images[0].Digest != whole.Digest || !bytes.Equal(got, want) {
+			t.Errorf("retried elsewhere: %s (%d bytes), on one daemon: %s (%d bytes)", again.Images[0].Digest, len(got), whole.Digest, len(want))
+		}
+		if !strings.Contains(progress.String(), "building linux/amd64 on the daemon at "+shared.Address+" instead") {
+			t.Errorf("the retry is not reported: %s", progress.String())
+		}
+		t.Setenv(buildkit.HostEnv, missing+","+missing+"-2")
+		if _, err := spread.Images(ctx, retry); err == nil || !strings.Contains(err.Error(), "no daemon finished") {
+			t.Errorf("a retried build where every daemon failed: %v", err)
 		}
 		// Two daemons exporting one layer cache would overwrite each other.
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)

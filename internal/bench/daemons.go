@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kiln-build/kiln/internal/buildkit/managed"
+	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/spread"
+)
+
+// Scenarios of the daemons group: the build's platforms spread over
+// several daemons.
+const (
+	KilnOneDaemon  = "kiln cold, one daemon"
+	KilnSideBySide = "kiln cold, daemons side by side on this machine"
+)
+
+// Projection is what N machines would give a cold build whose platforms
+// are spread over N daemons, one per machine: each node's share built
+// alone on this machine (a machine of its own), the longest of them the
+// critical path. It is a projection: the nodes were not run apart.
+type Projection struct {
+	Daemons int `json:"daemons"`
+	// OneDaemon is the cold build of every platform on one daemon.
+	OneDaemon time.Duration   `json:"oneDaemon"`
+	Nodes     []ProjectedNode `json:"nodes"`
+	// CriticalPath is the longest node's wall time, and Ratio it over
+	// OneDaemon: what N machines would take, against one.
+	CriticalPath time.Duration `json:"criticalPath"`
+	Ratio        float64       `json:"ratio"`
+	// SideBySide is the measured wall time of the N daemons building at
+	// once on this machine, competing for its cores.
+	SideBySide time.Duration `json:"sideBySide"`
+}
+
+// ProjectedNode is one daemon's share, built alone.
+type ProjectedNode struct {
+	Platforms []string      `json:"platforms"`
+	Wall      time.Duration `json:"wall"`
+	// Busy is the CPU time of the steps the node ran; -1 if unreadable.
+	Busy time.Duration `json:"busy"`
+}
+
+// daemons times the build's platforms dealt to n daemons as a spread
+// build deals them (spread.Deal): every platform on one emptied daemon;
+// each node's share alone on the emptied bench daemon, as on a machine
+// of its own; and the n shares at once on n fresh daemons here.
+func (r *runner) daemons(ctx context.Context) error {
+	n := r.opts.Daemons
+	if n <= 0 {
+		n = 3
+	}
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("node %d", i+1)
+	}
+	var shares [][]string
+	for _, share := range spread.Deal(r.plan.PlatformIDs(), names, nil) {
+		if len(share) > 0 {
+			shares = append(shares, share)
+		}
+	}
+	proj := &Projection{Daemons: len(shares)}
+	if len(shares) < 2 {
+		r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: KilnOneDaemon, Kind: "kiln", Note: "one platform: nothing to spread (-platforms names several)"})
+		return nil
+	}
+
+	r.progress(KilnOneDaemon, 1, 1)
+	one, steps, err := r.kilnPrunedBuild(ctx, true)
+	if err != nil {
+		return err
+	}
+	sc := Scenario{Name: KilnOneDaemon, Kind: "kiln", Description: "empty BuildKit state, every platform (" + strings.Join(r.plan.PlatformIDs(), ", ") + ") on one daemon"}
+	r.describe(&sc, steps, one.Sent)
+	r.add(sc, []sample{one})
+	proj.OneDaemon = one.Wall
+
+	for i, share := range shares {
+		name := fmt.Sprintf("kiln cold, node %d of %d alone", i+1, len(shares))
+		r.progress(name, 1, 1)
+		if err := r.prune(ctx, true); err != nil {
+			return fmt.Errorf("prune: %w", err)
+		}
+		opts := r.opts.Build
+		opts.Platforms, opts.Rebuild = strings.Join(share, ","), true
+		s, steps, err := r.kilnBuildWith(ctx, opts)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		sc := Scenario{Name: name, Kind: "kiln", Baseline: KilnOneDaemon,
+			Description: "empty BuildKit state, " + strings.Join(share, ", ") + " only: this node's share, alone on the machine as on one of its own"}
+		r.describe(&sc, steps, s.Sent)
+		r.add(sc, []sample{s})
+		busy := time.Duration(-1)
+		if d, ok := s.CPUBy[CPUSteps]; ok {
+			busy = d
+		}
+		proj.Nodes = append(proj.Nodes, ProjectedNode{Platforms: share, Wall: s.Wall, Busy: busy})
+		proj.CriticalPath = max(proj.CriticalPath, s.Wall)
+	}
+	proj.Ratio = proj.CriticalPath.Seconds() / proj.OneDaemon.Seconds()
+
+	r.progress(KilnSideBySide, 1, 1)
+	wall, err := r.sideBySide(ctx, shares)
+	if err != nil {
+		return fmt.Errorf("%s: %w", KilnSideBySide, err)
+	}
+	proj.SideBySide = wall
+	r.add(Scenario{Name: KilnSideBySide, Kind: "kiln", Baseline: KilnOneDaemon,
+		Description: fmt.Sprintf("%d fresh daemons building their shares at once, competing for this machine's cores", len(shares))}, []sample{{Wall: wall, CPU: -1, PeakRSS: -1, System: -1}})
+	r.report.Projection = proj
+	return nil
+}
+
+// sideBySide starts a fresh daemon for each share and times the shares'
+// cold builds at once.
+func (r *runner) sideBySide(ctx context.Context, shares [][]string) (time.Duration, error) {
+	root, err := r.opts.Build.RootDir()
+	if err != nil {
+		return 0, err
+	}
+	var daemons []*managed.Managed
+	defer func() {
+		for _, m := range daemons {
+			m.Stop(context.Background())
+			os.RemoveAll(m.Dir)
+		}
+	}()
+	for range shares {
+		m, err := managed.DefaultManaged(root)
+		if err != nil {
+			return 0, err
+		}
+		// A short path: unix socket paths hold at most 108 bytes.
+		if m.Dir, err = os.MkdirTemp("", "kiln-bench-bk-"); err != nil {
+			return 0, err
+		}
+		daemons = append(daemons, m)
+		c, err := m.Ensure(ctx)
+		if err != nil {
+			return 0, err
+		}
+		c.Close()
+	}
+	errs := make([]error, len(shares))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i, share := range shares {
+		opts := r.opts.Build
+		opts.Daemon, opts.Platforms, opts.Rebuild = daemons[i].Address(), strings.Join(share, ","), true
+		opts.OutDir = filepath.Join(daemons[i].Dir, "out")
+		wg.Go(func() { _, errs[i] = session.Binaries(ctx, opts) })
+	}
+	wg.Wait()
+	wall := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			return 0, err
+		}
+	}
+	return wall, nil
+}
+
+// writeProjection is the daemons group's projection, when it ran.
+func writeProjection(w io.Writer, p *Projection) {
+	if p == nil {
+		return
+	}
+	fmt.Fprintf(w, "\n## %d machines: a projection\n\n", p.Daemons)
+	fmt.Fprintf(w, "The platforms dealt to %d daemons as a spread build deals them, each node's share built cold and alone on this machine, as on a machine of its own:\n\n", p.Daemons)
+	fmt.Fprintln(w, "| node | platforms | wall | busy (CPU of its steps) |")
+	fmt.Fprintln(w, "| --- | --- | ---: | ---: |")
+	for i, n := range p.Nodes {
+		fmt.Fprintf(w, "| %d | %s | %s | %s |\n", i+1, strings.Join(n.Platforms, ", "), secs(n.Wall), secs(n.Busy))
+	}
+	fmt.Fprintf(w, "\nProjected for %d machines: the critical path (the longest node) is %s, **%.2fx** one daemon's %s. Measured here, the %d daemons side by side on one machine's cores took %s (%.2fx).\n",
+		p.Daemons, secs(p.CriticalPath), p.Ratio, secs(p.OneDaemon), p.Daemons, secs(p.SideBySide), p.SideBySide.Seconds()/p.OneDaemon.Seconds())
+}

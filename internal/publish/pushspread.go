@@ -1,0 +1,129 @@
+package publish
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/containerd/platforms"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kiln-build/kiln/internal/buildkit"
+	"github.com/kiln-build/kiln/internal/ocimerge"
+	"github.com/kiln-build/kiln/internal/session"
+	"github.com/kiln-build/kiln/internal/spread"
+	"github.com/kiln-build/kiln/internal/verify/inspect"
+)
+
+// pushSpread pushes the images with their platforms spread over several
+// daemons (spread.Split): each daemon pushes its platforms by digest, with
+// no tag, and kiln then tags each image's index, made with the bytes one
+// daemon's push gives it (ocimerge.Index). The indexes are tagged only once
+// every daemon has pushed and every part read the same tree, so a failure
+// moves no tag.
+func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, registry string, hosts []string) ([]PushResult, error) {
+	p, err := session.Plan(opts)
+	if err != nil {
+		return nil, err
+	}
+	shares, err := spread.Split(opts, p, hosts)
+	if err != nil {
+		return nil, err
+	}
+	pushed := make([][]PushResult, len(shares))
+	reads := make([]spread.Read, len(shares))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, sh := range shares {
+		g.Go(func() error {
+			s, err := session.Start(gctx, sh.Options)
+			if err != nil {
+				return sh.Failed(err)
+			}
+			defer s.Close()
+			before := s.SourceDigests()
+			if pushed[i], err = push(gctx, s, registry, popts.SkipTLSVerify, nil, false); err != nil {
+				return sh.Failed(err)
+			}
+			if !maps.Equal(before, s.SourceDigests()) {
+				return sh.Failed(fmt.Errorf("the tree changed while the daemon read it; build again"))
+			}
+			reads[i] = spread.Read{Host: sh.Host, Sources: before, Stamp: s.Plan.Stamp}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if err := spread.SameTree(reads); err != nil {
+		return nil, err
+	}
+
+	_, loopback, _ := buildkit.RegistryHost(registry)
+	resolver := buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials())
+	var results []PushResult
+	for _, img := range p.Images {
+		repo := registry + "/" + p.Repository + "/" + img.Name
+		var manifests []ocispec.Descriptor
+		for _, part := range pushed {
+			for _, r := range part {
+				if r.Name != img.Name {
+					continue
+				}
+				_, m, err := platformManifests(ctx, resolver, repo, digest.Digest(r.Digest))
+				if err != nil {
+					return nil, err
+				}
+				manifests = append(manifests, m...)
+			}
+		}
+		index, err := inOrder(manifests, img.PlatformIDs())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", repo, err)
+		}
+		data, err := ocimerge.Index(index)
+		if err != nil {
+			return nil, err
+		}
+		desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageIndex, Digest: digest.FromBytes(data), Size: int64(len(data))}
+		result := PushResult{Name: img.Name, Digest: desc.Digest.String()}
+		for _, tag := range tagsOf(reads[0].Stamp.Version, popts.Latest) {
+			ref := repo + ":" + tag
+			// A resolver of its own: one resolver's push tracker would
+			// take the second tag of the same index for done.
+			pusher, err := buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials()).Pusher(ctx, ref)
+			if err == nil {
+				err = buildkit.WriteBlob(ctx, pusher, desc, data)
+			}
+			if err != nil {
+				return nil, explainPush(fmt.Errorf("tag %s: %w", ref, err), registry)
+			}
+			result.Refs = append(result.Refs, ref)
+		}
+		if popts.ReadBack {
+			for _, m := range index {
+				result.Platforms = append(result.Platforms, inspect.PlatformDigest{Platform: platforms.Format(*m.Platform), Digest: m.Digest.String()})
+			}
+		}
+		results = append(results, result)
+	}
+	return results, nil
+}
+
+// inOrder is one manifest for each platform, in the image's order.
+func inOrder(manifests []ocispec.Descriptor, platformIDs []string) ([]ocispec.Descriptor, error) {
+	var out []ocispec.Descriptor
+	for _, id := range platformIDs {
+		i := slices.IndexFunc(manifests, func(m ocispec.Descriptor) bool { return platforms.Format(*m.Platform) == id })
+		if i < 0 {
+			return nil, fmt.Errorf("no daemon pushed %s", id)
+		}
+		out = append(out, manifests[i])
+	}
+	if len(out) != len(manifests) {
+		return nil, fmt.Errorf("the daemons pushed %d platform manifests for %d platforms", len(manifests), len(platformIDs))
+	}
+	return out, nil
+}
