@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/moby/buildkit/client"
 
+	"github.com/kiln-build/kiln/internal/bench/measure"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
@@ -352,7 +353,7 @@ func (r *runner) progress(name string, run, of int) {
 	fmt.Fprintf(r.log, "bench [%d/%d] %s, run %d/%d (elapsed %s)\n", r.step, r.steps, name, run, of, time.Since(r.started).Round(time.Second))
 }
 
-func (r *runner) add(s Scenario, samples []sample) {
+func (r *runner) add(s Scenario, samples []measure.Sample) {
 	for _, x := range samples {
 		s.Runs = append(s.Runs, x.Wall)
 	}
@@ -427,29 +428,29 @@ func (r *runner) goEnv(gocache string, target string, cgo string) []string {
 // nativeBuild builds every binary for every platform on the host, one go
 // command per platform into the same folder every time, as a developer
 // would: go relinks only the binaries whose build ID is out of date.
-func (r *runner) nativeBuild(ctx context.Context) (sample, error) {
+func (r *runner) nativeBuild(ctx context.Context) (measure.Sample, error) {
 	if r.nativeOut == "" {
 		var err error
 		if r.nativeOut, err = os.MkdirTemp("", "kiln-bench-native-"); err != nil {
-			return sample{}, err
+			return measure.Sample{}, err
 		}
 	}
 	out := r.nativeOut
-	var total sample
+	var total measure.Sample
 	for _, target := range r.plan.PlatformIDs() {
 		args := append([]string{"build"}, r.plan.GoEnv.BuildArgs...)
 		args = append(args, "-o", filepath.Join(out, strings.ReplaceAll(target, "/", "_"))+"/")
 		for _, b := range r.plan.Binaries {
 			args = append(args, b.Package)
 		}
-		s, err := runCommand(ctx, r.plan.Root, r.goEnv(r.nativeCache, target, "0"), "go", args...)
+		s, err := measure.RunCommand(ctx, r.plan.Root, r.goEnv(r.nativeCache, target, "0"), "go", args...)
 		if err != nil {
-			return sample{}, err
+			return measure.Sample{}, err
 		}
 		total.Wall += s.Wall
 		total.CPU += s.CPU
 		total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
-		total.addSystem(s)
+		total.AddSystem(s)
 		total.Peaks = maxPeaks(total.Peaks, s.Peaks)
 	}
 	return total, nil
@@ -459,7 +460,7 @@ func (r *runner) nativeBuild(ctx context.Context) (sample, error) {
 // of it. Native runs return no steps.
 type contender struct {
 	sc  Scenario
-	run func(context.Context) (sample, buildkit.Steps, error)
+	run func(context.Context) (measure.Sample, buildkit.Steps, error)
 }
 
 // turns runs every contender once per round, -runs rounds, after prepare
@@ -469,7 +470,7 @@ type contender struct {
 // round in the reverse order, so that neither side always runs second,
 // after the other's writes.
 func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ...contender) error {
-	samples := make([][]sample, len(cs))
+	samples := make([][]measure.Sample, len(cs))
 	steps := make([]buildkit.Steps, len(cs))
 	for i := 1; i <= r.opts.Runs; i++ {
 		if prepare != nil {
@@ -492,7 +493,7 @@ func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ..
 		if sc.Kind == "kiln" {
 			r.describe(&sc, steps[j], samples[j][len(samples[j])-1].Sent)
 		} else {
-			sc.GoCache = dirSize(r.nativeCache)
+			sc.GoCache = measure.DirSize(r.nativeCache)
 		}
 		r.add(sc, samples[j])
 	}
@@ -513,8 +514,8 @@ func roundOrder(n, round int) []int {
 }
 
 // native is a native build as a contender's run.
-func native(build func(context.Context) (sample, error)) func(context.Context) (sample, buildkit.Steps, error) {
-	return func(ctx context.Context) (sample, buildkit.Steps, error) {
+func native(build func(context.Context) (measure.Sample, error)) func(context.Context) (measure.Sample, buildkit.Steps, error) {
+	return func(ctx context.Context) (measure.Sample, buildkit.Steps, error) {
 		s, err := build(ctx)
 		return s, nil, err
 	}
@@ -528,7 +529,7 @@ func (r *runner) cold(ctx context.Context) error {
 	return r.turns(ctx, nil,
 		contender{Scenario{Name: NativeCold, Kind: "native", Description: desc}, native(r.nativeColdRun)},
 		contender{Scenario{Name: KilnCold, Kind: "kiln", Description: "empty BuildKit state: no layers, no cache mounts; kiln's cache keeps the toolchain and kilnstep, as the host keeps Go for native", Baseline: NativeCold},
-			func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, true) }})
+			func(ctx context.Context) (measure.Sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, true) }})
 }
 
 // nativeColdRun builds natively from an empty GOCACHE and output folder,
@@ -536,22 +537,22 @@ func (r *runner) cold(ctx context.Context) error {
 // build starts from empty cache mounts and downloads them, so the native
 // one downloads them as well. The native scenarios after it use what the
 // last run filled.
-func (r *runner) nativeColdRun(ctx context.Context) (sample, error) {
+func (r *runner) nativeColdRun(ctx context.Context) (measure.Sample, error) {
 	for _, dir := range []string{r.nativeCache, r.nativeModCache, r.nativeOut} {
 		if dir != "" {
 			if err := os.RemoveAll(dir); err != nil { // GOMODCACHE is written with -modcacherw
-				return sample{}, err
+				return measure.Sample{}, err
 			}
 		}
 	}
 	r.nativeCache, r.nativeModCache, r.nativeOut = "", "", ""
 	var err error
 	if r.nativeCache, err = os.MkdirTemp("", "kiln-bench-gocache-"); err != nil {
-		return sample{}, err
+		return measure.Sample{}, err
 	}
 	if len(r.plan.Modules) > 0 {
 		if r.nativeModCache, err = os.MkdirTemp("", "kiln-bench-gomodcache-"); err != nil {
-			return sample{}, err
+			return measure.Sample{}, err
 		}
 	}
 	return r.nativeBuild(ctx)
@@ -567,7 +568,9 @@ func (r *runner) warm(noop, kept bool) func(context.Context) error {
 			native(r.nativeBuild)}}
 		if kept {
 			cs = append(cs, contender{Scenario{Name: KilnColdMounts, Kind: "kiln", Description: "layers pruned, Go cache mounts and local transfer state kept (a developer after `mage buildkit:prune`)", Baseline: NativeWarm},
-				func(ctx context.Context) (sample, buildkit.Steps, error) { return r.kilnPrunedBuild(ctx, false) }})
+				func(ctx context.Context) (measure.Sample, buildkit.Steps, error) {
+					return r.kilnPrunedBuild(ctx, false)
+				}})
 		}
 		if noop {
 			cs = append(cs, contender{Scenario{Name: KilnWarm, Kind: "kiln", Description: "nothing changed", Baseline: NativeWarm}, r.kilnBuild})
@@ -608,36 +611,36 @@ func (r *runner) edit(pkg string, n int) error {
 
 // kilnBuild runs `mage binaries` in process and measures it, with the
 // daemon's CPU and memory when kiln manages it.
-func (r *runner) kilnBuild(ctx context.Context) (sample, buildkit.Steps, error) {
+func (r *runner) kilnBuild(ctx context.Context) (measure.Sample, buildkit.Steps, error) {
 	return r.kilnBuildWith(ctx, r.opts.Build)
 }
 
-func (r *runner) kilnBuildWith(ctx context.Context, opts session.Options) (sample, buildkit.Steps, error) {
+func (r *runner) kilnBuildWith(ctx context.Context, opts session.Options) (measure.Sample, buildkit.Steps, error) {
 	pid := func() int { return 0 }
 	if r.daemon.Managed != nil {
 		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
 	}
-	selfBefore, childrenBefore, cpuOK := processCPU(pid())
-	clientBefore := selfCPU()
-	peak := samplePeak(pid, true)
+	selfBefore, childrenBefore, cpuOK := measure.ProcessCPU(pid())
+	clientBefore := measure.SelfCPU()
+	peak := measure.SamplePeak(pid, true)
 	start := time.Now()
 	out, err := session.Binaries(ctx, opts)
 	wall := time.Since(start)
 	rss, groups := peak.Stop()
 	if err != nil {
-		return sample{}, nil, err
+		return measure.Sample{}, nil, err
 	}
-	s := sample{Wall: wall, CPU: -1, PeakRSS: -1}
-	peak.system(&s)
+	s := measure.Sample{Wall: wall, CPU: -1, PeakRSS: -1}
+	peak.System(&s)
 	for _, f := range out.Sent {
 		if rel, err := filepath.Rel(out.Dir, f); err == nil {
 			s.Sent = append(s.Sent, rel)
 		}
 	}
-	client := selfCPU() - clientBefore
-	if self, children, ok := processCPU(pid()); ok && cpuOK {
+	client := measure.SelfCPU() - clientBefore
+	if self, children, ok := measure.ProcessCPU(pid()); ok && cpuOK {
 		s.CPU = self - selfBefore + children - childrenBefore
-		s.CPUBy = map[string]time.Duration{CPUDaemon: self - selfBefore, CPUSteps: children - childrenBefore, CPUClient: client}
+		s.CPUBy = map[string]time.Duration{measure.CPUDaemon: self - selfBefore, measure.CPUSteps: children - childrenBefore, measure.CPUClient: client}
 		s.PeakRSS, s.Peaks = rss, groups
 	}
 	return s, out.Steps, nil
@@ -688,9 +691,9 @@ func (r *runner) prune(ctx context.Context, cacheMounts bool) error {
 
 // kilnPrunedBuild prunes the daemon, every record or what `mage
 // buildkit:prune` does not keep, and times a build.
-func (r *runner) kilnPrunedBuild(ctx context.Context, all bool) (sample, buildkit.Steps, error) {
+func (r *runner) kilnPrunedBuild(ctx context.Context, all bool) (measure.Sample, buildkit.Steps, error) {
 	if err := r.prune(ctx, all); err != nil {
-		return sample{}, nil, fmt.Errorf("prune: %w", err)
+		return measure.Sample{}, nil, fmt.Errorf("prune: %w", err)
 	}
 	// The binaries written before are up to date; time the build anyway.
 	opts := r.opts.Build
@@ -707,19 +710,19 @@ func (r *runner) cgo(ctx context.Context) error {
 		return nil
 	}
 	host := "linux/" + runtime.GOARCH
-	run := func(name string, split bool) (sample, error) {
+	run := func(name string, split bool) (measure.Sample, error) {
 		r.progress(name, 1, 1)
 		dir, err := os.MkdirTemp("", "kiln-bench-gocache-")
 		if err != nil {
-			return sample{}, err
+			return measure.Sample{}, err
 		}
 		defer os.RemoveAll(dir)
 		out, err := os.MkdirTemp("", "kiln-bench-cgo-")
 		if err != nil {
-			return sample{}, err
+			return measure.Sample{}, err
 		}
 		defer os.RemoveAll(out)
-		var total sample
+		var total measure.Sample
 		for i, b := range r.plan.Binaries {
 			cgo := "0"
 			if split && i > 0 {
@@ -727,15 +730,14 @@ func (r *runner) cgo(ctx context.Context) error {
 			}
 			args := append([]string{"build"}, r.plan.GoEnv.BuildArgs...)
 			args = append(args, "-o", filepath.Join(out, b.Name), b.Package)
-			s, err := runCommand(ctx, r.plan.Root, r.goEnv(dir, host, cgo), "go", args...)
+			s, err := measure.RunCommand(ctx, r.plan.Root, r.goEnv(dir, host, cgo), "go", args...)
 			if err != nil {
-				return sample{}, err
+				return measure.Sample{}, err
 			}
 			total.Wall += s.Wall
 			total.CPU += s.CPU
 			total.PeakRSS = max(total.PeakRSS, s.PeakRSS)
-			total.addSystem(s)
-			total.addSystem(s)
+			total.AddSystem(s)
 		}
 		return total, nil
 	}
@@ -748,8 +750,8 @@ func (r *runner) cgo(ctx context.Context) error {
 		return err
 	}
 	note := fmt.Sprintf("run natively for %s (kiln never builds with cgo): %s with CGO_ENABLED=0, the others with cgo, empty cache", host, r.plan.Binaries[0].Name)
-	r.add(Scenario{Name: NativeCgoSplit, Kind: "native", Description: note}, []sample{split})
-	r.add(Scenario{Name: NativeCgoUniform, Kind: "native", Description: "every binary with CGO_ENABLED=0, empty cache"}, []sample{uniform})
+	r.add(Scenario{Name: NativeCgoSplit, Kind: "native", Description: note}, []measure.Sample{split})
+	r.add(Scenario{Name: NativeCgoUniform, Kind: "native", Description: "every binary with CGO_ENABLED=0, empty cache"}, []measure.Sample{uniform})
 	if uniform.Wall > 0 {
 		r.report.CgoSplitRatio = float64(split.Wall) / float64(uniform.Wall)
 	}
@@ -776,7 +778,7 @@ func (r *runner) ratios() {
 }
 
 func machine(ctx context.Context, d *buildkit.Daemon, p *plan.Plan, kilnRoot string) Machine {
-	m := Machine{Cores: runtime.NumCPU(), Memory: memTotal(), Toolchain: "go" + p.Toolchain.GoVersion, DaemonMeasured: d.Managed != nil}
+	m := Machine{Cores: runtime.NumCPU(), Memory: measure.MemTotal(), Toolchain: "go" + p.Toolchain.GoVersion, DaemonMeasured: d.Managed != nil}
 	if out, err := exec.Command("go", "env", "GOVERSION").Output(); err == nil {
 		m.HostGo = strings.TrimSpace(string(out))
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/kiln-build/kiln/internal/bench"
+	"github.com/kiln-build/kiln/internal/bench/measure"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
@@ -130,10 +131,10 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	}
 	// Where the memory goes: the native build's go command and its compiles
 	// are read apart; kiln's daemon tree is only when kiln manages the daemon.
-	if s := fromDisk.Scenario(bench.NativeCold); s.PeakByProcess[bench.GroupGo] <= 0 || s.PeakByProcess[bench.GroupCompile] <= 0 {
+	if s := fromDisk.Scenario(bench.NativeCold); s.PeakByProcess[measure.GroupGo] <= 0 || s.PeakByProcess[measure.GroupCompile] <= 0 {
 		t.Errorf("native cold: peak memory by process %v lacks go or compile", s.PeakByProcess)
 	}
-	if s := fromDisk.Scenario(bench.KilnCold); fromDisk.Machine.DaemonMeasured && (s.PeakByProcess[bench.GroupBuildkitd] <= 0 || s.PeakByProcess[bench.GroupClient] <= 0) {
+	if s := fromDisk.Scenario(bench.KilnCold); fromDisk.Machine.DaemonMeasured && (s.PeakByProcess[measure.GroupBuildkitd] <= 0 || s.PeakByProcess[measure.GroupClient] <= 0) {
 		t.Errorf("kiln cold: peak memory by process %v lacks buildkitd or the client", s.PeakByProcess)
 	}
 	// The machine's memory is read for both sides: the rise of used
@@ -145,7 +146,7 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 	}
 	// The steps (go and its compiles) take most of a cold build's CPU; the
 	// daemon's own share is read apart from them.
-	if s := fromDisk.Scenario(bench.KilnCold); fromDisk.Machine.DaemonMeasured && (s.CPUByProcess[bench.CPUSteps] <= s.CPUByProcess[bench.CPUDaemon] || s.CPUByProcess[bench.CPUClient] <= 0) {
+	if s := fromDisk.Scenario(bench.KilnCold); fromDisk.Machine.DaemonMeasured && (s.CPUByProcess[measure.CPUSteps] <= s.CPUByProcess[measure.CPUDaemon] || s.CPUByProcess[measure.CPUClient] <= 0) {
 		t.Errorf("kiln cold: CPU by process %v: want the steps' above the daemon's, and the client's", s.CPUByProcess)
 	}
 	if md, err := os.ReadFile(filepath.Join(opts.Out, "report.md")); err != nil || !strings.Contains(string(md), "Peak memory by process group") || !strings.Contains(string(md), "Memory as the machine feels it") || fromDisk.Machine.DaemonMeasured && !strings.Contains(string(md), "CPU of kiln's builds by part") {

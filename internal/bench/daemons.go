@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kiln-build/kiln/internal/bench/measure"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/spread"
@@ -80,7 +81,7 @@ func (r *runner) daemons(ctx context.Context) error {
 	}
 	sc := Scenario{Name: KilnOneDaemon, Kind: "kiln", Description: "empty BuildKit state, every platform (" + strings.Join(r.plan.PlatformIDs(), ", ") + ") on one daemon"}
 	r.describe(&sc, steps, one.Sent)
-	r.add(sc, []sample{one})
+	r.add(sc, []measure.Sample{one})
 	proj.OneDaemon = one.Wall
 
 	for i, share := range shares {
@@ -98,9 +99,9 @@ func (r *runner) daemons(ctx context.Context) error {
 		sc := Scenario{Name: name, Kind: "kiln", Baseline: KilnOneDaemon,
 			Description: "empty BuildKit state, " + strings.Join(share, ", ") + " only: this node's share, alone on the machine as on one of its own"}
 		r.describe(&sc, steps, s.Sent)
-		r.add(sc, []sample{s})
+		r.add(sc, []measure.Sample{s})
 		busy := time.Duration(-1)
-		if d, ok := s.CPUBy[CPUSteps]; ok {
+		if d, ok := s.CPUBy[measure.CPUSteps]; ok {
 			busy = d
 		}
 		proj.Nodes = append(proj.Nodes, ProjectedNode{Platforms: share, Wall: s.Wall, Busy: busy})
@@ -115,7 +116,7 @@ func (r *runner) daemons(ctx context.Context) error {
 	}
 	proj.SideBySide = wall
 	r.add(Scenario{Name: KilnSideBySide, Kind: "kiln", Baseline: KilnOneDaemon,
-		Description: fmt.Sprintf("%d fresh daemons building their shares at once, competing for this machine's cores", len(shares))}, []sample{{Wall: wall, CPU: -1, PeakRSS: -1, System: -1}})
+		Description: fmt.Sprintf("%d fresh daemons building their shares at once, competing for this machine's cores", len(shares))}, []measure.Sample{{Wall: wall, CPU: -1, PeakRSS: -1, System: -1}})
 	r.report.Projection = proj
 	return nil
 }

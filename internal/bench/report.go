@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
+	"github.com/kiln-build/kiln/internal/bench/measure"
 	"github.com/kiln-build/kiln/internal/config"
 )
 
@@ -232,7 +233,7 @@ func signedBytes(n int64) string {
 }
 
 // processGroups is the column order of the memory breakdown.
-var processGroups = []string{GroupBuildkitd, GroupRunc, GroupGo, GroupCompile, GroupLink, GroupClient, GroupOther}
+var processGroups = []string{measure.GroupBuildkitd, measure.GroupRunc, measure.GroupGo, measure.GroupCompile, measure.GroupLink, measure.GroupClient, measure.GroupOther}
 
 // writeMemoryBreakdown is a table of each scenario's peak memory by process
 // group: where a build's memory goes.
@@ -274,7 +275,7 @@ func writeCPUBreakdown(w io.Writer, scenarios []Scenario) {
 		if b, ok := baselineOf(scenarios, s); ok && b.CPU >= 0 {
 			base = secs(b.CPU)
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", s.Name, secs(s.CPUByProcess[CPUDaemon]), secs(s.CPUByProcess[CPUSteps]), secs(s.CPUByProcess[CPUClient]), base)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", s.Name, secs(s.CPUByProcess[measure.CPUDaemon]), secs(s.CPUByProcess[measure.CPUSteps]), secs(s.CPUByProcess[measure.CPUClient]), base)
 	}
 }
 

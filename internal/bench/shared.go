@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/kiln-build/kiln/internal/bench/measure"
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/session"
 )
@@ -78,7 +79,7 @@ func (r *runner) freshDaemon(name string, snapshot bool) func(context.Context) e
 			sc.Description = "empty daemon importing the layer cache and seeding GOCACHE from the snapshot, after an edit to " + pkg
 		}
 		r.describe(&sc, steps, s.Sent)
-		r.add(sc, []sample{s})
+		r.add(sc, []measure.Sample{s})
 		return nil
 	}
 }

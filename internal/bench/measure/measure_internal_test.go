@@ -1,10 +1,9 @@
-package bench
+package measure
 
 import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,7 +12,7 @@ import (
 )
 
 // processStat reads what /proc/PID/status says: a child's command name,
-// and a resident set that grows with what the child touches; processCPU
+// and a resident set that grows with what the child touches; ProcessCPU
 // reads the same file's CPU times.
 func TestProcessStatAgreesWithStatus(t *testing.T) {
 	// dd touches its 64 MiB buffer as it copies.
@@ -39,7 +38,7 @@ func TestProcessStatAgreesWithStatus(t *testing.T) {
 		t.Errorf("resident set %d bytes; /proc status says %d, and the buffer is 64 MiB", rss, status)
 	}
 	// Spin until the kernel's own count says 100 ms of CPU were spent: on a
-	// busy machine 100 ms of wall time can hold far less. processCPU counts
+	// busy machine 100 ms of wall time can hold far less. ProcessCPU counts
 	// the children reaped too.
 	spent := func() time.Duration {
 		var total time.Duration
@@ -59,12 +58,12 @@ func TestProcessStatAgreesWithStatus(t *testing.T) {
 		}
 	}
 	// /proc's count is in clock ticks (10 ms).
-	self, children, ok := processCPU(os.Getpid())
+	self, children, ok := ProcessCPU(os.Getpid())
 	cpu := self + children
 	if total := spent(); !ok || cpu < from+100*time.Millisecond-20*time.Millisecond || cpu > total+20*time.Millisecond {
 		t.Errorf("this process's CPU: %v (%v); getrusage says %v before spinning 100 ms of CPU, %v after", cpu, ok, from, total)
 	}
-	if own := selfCPU(); self < 100*time.Millisecond-20*time.Millisecond || self > own+20*time.Millisecond {
+	if own := SelfCPU(); self < 100*time.Millisecond-20*time.Millisecond || self > own+20*time.Millisecond {
 		t.Errorf("this process's own CPU: %v; getrusage says %v, after spinning 100 ms of CPU", self, own)
 	}
 	if total, groups, _ := treeRSS(os.Getpid()); total < rss || groups[GroupOther] < rss {
@@ -85,16 +84,6 @@ func vmRSS(t *testing.T, pid int) int64 {
 	}
 	t.Fatal("no VmRSS")
 	return 0
-}
-
-// TestNeitherSideAlwaysRunsSecond: native and kiln take turns in both
-// orders, round by round.
-func TestNeitherSideAlwaysRunsSecond(t *testing.T) {
-	for round, want := range map[int][]int{1: {0, 1, 2}, 2: {2, 1, 0}, 3: {0, 1, 2}, 4: {2, 1, 0}} {
-		if got := roundOrder(3, round); !slices.Equal(got, want) {
-			t.Errorf("round %d: order %v, want %v", round, got, want)
-		}
-	}
 }
 
 // TestSystemMemoryCountsTmpfs: 2 GiB in a tmpfs file, which no process

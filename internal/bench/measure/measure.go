@@ -1,4 +1,7 @@
-package bench
+// Package measure owns measuring a build as the machine feels it: wall
+// time, CPU of a process tree, resident memory by process group, the
+// machine's used memory and what tmpfs held.
+package measure
 
 import (
 	"bufio"
@@ -15,8 +18,8 @@ import (
 	"time"
 )
 
-// sample is one measured run.
-type sample struct {
+// Sample is one measured run.
+type Sample struct {
 	Wall    time.Duration
 	CPU     time.Duration // -1 when it cannot be read
 	PeakRSS int64         // bytes; -1 when it cannot be read
@@ -134,11 +137,11 @@ func procStat(pid int) (comm string, fields []string, ok bool) {
 	return s[open+1 : end], strings.Fields(s[end+1:]), true
 }
 
-// peakSampler records the largest treeRSS of a process while it runs, with
+// Peak records the largest treeRSS of a process while it runs, with
 // the largest of each process group; with client set, this process (kiln's
 // client, in process) counts too. It records the machine's used memory
 // too, with what tmpfs held at its peak.
-type peakSampler struct {
+type Peak struct {
 	stop  chan struct{}
 	done  chan struct{}
 	mu    sync.Mutex
@@ -154,8 +157,10 @@ type peakSampler struct {
 
 const sampleEvery = 100 * time.Millisecond
 
-func samplePeak(pid func() int, client bool) *peakSampler {
-	s := &peakSampler{stop: make(chan struct{}), done: make(chan struct{}), peaks: map[string]int64{}}
+// SamplePeak starts a Peak, sampling every 100 ms until Stop: the tree of
+// the process pid returns (none while it returns 0) and the machine's memory.
+func SamplePeak(pid func() int, client bool) *Peak {
+	s := &Peak{stop: make(chan struct{}), done: make(chan struct{}), peaks: map[string]int64{}}
 	s.usedBase, s.shmemBase, s.systemOK = systemMemory()
 	s.usedPeak, s.shmemPeak = s.usedBase, s.shmemBase
 	go func() {
@@ -199,7 +204,7 @@ func samplePeak(pid func() int, client bool) *peakSampler {
 // Stop ends the sampling and returns the peak total and the peak of each
 // process group (the groups peak at different times, so they add up to
 // more than the total).
-func (s *peakSampler) Stop() (int64, map[string]int64) {
+func (s *Peak) Stop() (int64, map[string]int64) {
 	close(s.stop)
 	<-s.done
 	s.mu.Lock()
@@ -207,9 +212,9 @@ func (s *peakSampler) Stop() (int64, map[string]int64) {
 	return s.peak, s.peaks
 }
 
-// system fills in the machine's memory: the peak of used memory over the
+// System fills in the machine's memory: the peak of used memory over the
 // start, and what tmpfs held then. Call after Stop.
-func (s *peakSampler) system(x *sample) {
+func (s *Peak) System(x *Sample) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	x.System, x.Tmpfs, x.TmpfsMounts = -1, -1, nil
@@ -218,9 +223,9 @@ func (s *peakSampler) system(x *sample) {
 	}
 }
 
-// addSystem keeps the larger machine memory peak of s and the sample's
+// AddSystem keeps the larger machine memory peak of s and the sample's
 // (the runs of one scenario one after another).
-func (x *sample) addSystem(s sample) {
+func (x *Sample) AddSystem(s Sample) {
 	if x.System == 0 && x.Tmpfs == 0 && x.TmpfsMounts == nil || s.System > x.System {
 		x.System, x.Tmpfs, x.TmpfsMounts = s.System, s.Tmpfs, s.TmpfsMounts
 	}
@@ -300,9 +305,9 @@ const (
 	CPUClient = GroupClient
 )
 
-// processCPU is the user+system time of a process itself and of its reaped
+// ProcessCPU is the user+system time of a process itself and of its reaped
 // children.
-func processCPU(pid int) (self, children time.Duration, ok bool) {
+func ProcessCPU(pid int) (self, children time.Duration, ok bool) {
 	_, f, ok := procStat(pid)
 	if !ok || len(f) < 15 {
 		return 0, 0, false
@@ -318,8 +323,8 @@ func processCPU(pid int) (self, children time.Duration, ok bool) {
 	return ticks(11, 12), ticks(13, 14), true // utime stime, cutime cstime
 }
 
-// selfCPU is the user+system time of this process.
-func selfCPU() time.Duration {
+// SelfCPU is the user+system time of this process.
+func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
@@ -327,8 +332,8 @@ func selfCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// runCommand runs a host command, measuring wall time, CPU and peak memory.
-func runCommand(ctx context.Context, dir string, env []string, name string, args ...string) (sample, error) {
+// RunCommand runs a host command, measuring wall time, CPU and peak memory.
+func RunCommand(ctx context.Context, dir string, env []string, name string, args ...string) (Sample, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -336,17 +341,17 @@ func runCommand(ctx context.Context, dir string, env []string, name string, args
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		return sample{}, err
+		return Sample{}, err
 	}
-	peak := samplePeak(func() int { return cmd.Process.Pid }, false)
+	peak := SamplePeak(func() int { return cmd.Process.Pid }, false)
 	err := cmd.Wait()
 	wall := time.Since(start)
 	rss, groups := peak.Stop()
 	if err != nil {
-		return sample{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
+		return Sample{}, fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
 	}
-	s := sample{Wall: wall, CPU: -1, PeakRSS: rss, Peaks: groups}
-	peak.system(&s)
+	s := Sample{Wall: wall, CPU: -1, PeakRSS: rss, Peaks: groups}
+	peak.System(&s)
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		s.CPU = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 		s.PeakRSS = max(s.PeakRSS, ru.Maxrss<<10)
@@ -354,8 +359,8 @@ func runCommand(ctx context.Context, dir string, env []string, name string, args
 	return s, nil
 }
 
-// dirSize is the bytes of regular files under dir.
-func dirSize(dir string) int64 {
+// DirSize is the bytes of regular files under dir.
+func DirSize(dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
@@ -368,8 +373,8 @@ func dirSize(dir string) int64 {
 	return n
 }
 
-// memTotal is the machine's memory in bytes.
-func memTotal() int64 {
+// MemTotal is the machine's memory in bytes.
+func MemTotal() int64 {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return 0
