@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kiln-build/kiln/internal/bench/measure"
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/spread"
@@ -110,23 +111,26 @@ func (r *runner) daemons(ctx context.Context) error {
 	proj.Ratio = proj.CriticalPath.Seconds() / proj.OneDaemon.Seconds()
 
 	r.progress(KilnSideBySide, 1, 1)
-	wall, err := r.sideBySide(ctx, shares)
+	wall, steps, err := r.sideBySide(ctx, shares)
 	if err != nil {
 		return fmt.Errorf("%s: %w", KilnSideBySide, err)
 	}
 	proj.SideBySide = wall
-	r.add(Scenario{Name: KilnSideBySide, Kind: "kiln", Baseline: KilnOneDaemon,
-		Description: fmt.Sprintf("%d fresh daemons building their shares at once, competing for this machine's cores", len(shares))}, []measure.Sample{{Wall: wall, CPU: -1, PeakRSS: -1, System: -1}})
+	sc = Scenario{Name: KilnSideBySide, Kind: "kiln", Baseline: KilnOneDaemon,
+		Description: fmt.Sprintf("%d fresh daemons building their shares at once, competing for this machine's cores", len(shares))}
+	r.describe(&sc, steps, nil)
+	sc.GoCache = -1 // on daemons of their own, stopped by now
+	r.add(sc, []measure.Sample{{Wall: wall, CPU: -1, PeakRSS: -1, System: -1}})
 	r.report.Projection = proj
 	return nil
 }
 
 // sideBySide starts a fresh daemon for each share and times the shares'
-// cold builds at once.
-func (r *runner) sideBySide(ctx context.Context, shares [][]string) (time.Duration, error) {
+// cold builds at once, returning the steps of all.
+func (r *runner) sideBySide(ctx context.Context, shares [][]string) (time.Duration, buildkit.Steps, error) {
 	root, err := r.opts.Build.RootDir()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	var daemons []*managed.Managed
 	defer func() {
@@ -138,36 +142,39 @@ func (r *runner) sideBySide(ctx context.Context, shares [][]string) (time.Durati
 	for range shares {
 		m, err := managed.DefaultManaged(root)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		// A short path: unix socket paths hold at most 108 bytes.
 		if m.Dir, err = os.MkdirTemp("", "kiln-bench-bk-"); err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		daemons = append(daemons, m)
 		c, err := m.Ensure(ctx)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		c.Close()
 	}
 	errs := make([]error, len(shares))
+	outs := make([]*session.BinariesOutcome, len(shares))
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i, share := range shares {
 		opts := r.opts.Build
 		opts.Daemon, opts.Platforms, opts.Rebuild = daemons[i].Address(), strings.Join(share, ","), true
 		opts.OutDir = filepath.Join(daemons[i].Dir, "out")
-		wg.Go(func() { _, errs[i] = session.Binaries(ctx, opts) })
+		wg.Go(func() { outs[i], errs[i] = session.Binaries(ctx, opts) })
 	}
 	wg.Wait()
 	wall := time.Since(start)
-	for _, err := range errs {
+	var steps buildkit.Steps
+	for i, err := range errs {
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
+		steps = steps.Plus(outs[i].Steps)
 	}
-	return wall, nil
+	return wall, steps, nil
 }
 
 // writeProjection is the daemons group's projection, when it ran.
