@@ -54,7 +54,15 @@ type ProjectedNode struct {
 // build deals them (spread.Deal): every platform on one emptied daemon;
 // each node's share alone on the emptied bench daemon, as on a machine
 // of its own; and the n shares at once on n fresh daemons here.
-func (r *runner) daemons(ctx context.Context) error {
+func (r *runner) daemons(ctx context.Context) (err error) {
+	// Run again after a failure, the figure starts over: drop what the
+	// failed attempt added.
+	had := len(r.report.Scenarios)
+	defer func() {
+		if err != nil {
+			r.report.Scenarios, r.report.Projection = r.report.Scenarios[:had], nil
+		}
+	}()
 	n := r.opts.Daemons
 	if n <= 0 {
 		n = 3
@@ -71,7 +79,7 @@ func (r *runner) daemons(ctx context.Context) error {
 	}
 	proj := &Projection{Daemons: len(shares)}
 	if len(shares) < 2 {
-		r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: KilnOneDaemon, Kind: "kiln", Note: "one platform: nothing to spread (-platforms names several)"})
+		r.report.Scenarios = append(r.report.Scenarios, Scenario{Name: KilnOneDaemon, Kind: "kiln", Note: "one daemon's share holds every platform: nothing to spread (-platforms names several, -daemons=N two or more)"})
 		return nil
 	}
 

@@ -498,6 +498,9 @@ func (c *Config) validateBuilders() error {
 			if err != nil {
 				return fieldErr(File, fmt.Sprintf("%s.platforms[%d]", field, j), "%v", err)
 			}
+			if slices.Contains(b.Platforms[:j], FormatPlatform(p)) {
+				return fieldErr(File, fmt.Sprintf("%s.platforms[%d]", field, j), "%q listed twice", s)
+			}
 			b.Platforms[j] = FormatPlatform(p)
 		}
 	}

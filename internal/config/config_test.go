@@ -204,6 +204,7 @@ func TestLoadBadInput(t *testing.T) {
 		{"builder naming two daemons", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"tcp://a:1234,tcp://b:1234\", platforms: [linux/arm64]}"), []string{File, "builders[0].address", "comma"}},
 		{"builder listed twice", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\", platforms: [linux/arm64]}\n  - {address: \"kube-pod://b-0\", platforms: [linux/amd64]}"), []string{File, "builders[1].address", "two builders"}},
 		{"builder without platforms", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\"}"), []string{File, "builders[0].platforms", "missing"}},
+		{"builder naming a platform twice", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\", platforms: [linux/arm, linux/arm/v7]}"), []string{File, "builders[0].platforms[1]", "twice"}},
 		{"builder with a bad platform", kiln("tag: latest", "tag: latest\nbuilders:\n  - {address: \"kube-pod://b-0\", platforms: [linux/amd64, arm64]}"), []string{File, "builders[0].platforms[1]", "invalid platform"}},
 		{"release image platform not linux", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/amd64, darwin/arm64]"), []string{File, "release.platforms[1]", "linux only", "release.assets"}},
 		{"release platform twice", kiln("tag: latest", "tag: latest\nrelease:\n  platforms: [linux/arm/v7, linux/arm]"), []string{File, "release.platforms[1]", "twice"}},

@@ -41,13 +41,17 @@ const DefaultMax = 2 << 30
 const maxEntries = 1 << 18
 
 // Tags are the tags a build's snapshot is pushed under, best match first:
-// one for this toolchain, build platform, Go environment, targets and
-// module files, and one for the same without the module files (any commit
-// of the project, for a build whose go.sum changed).
-func Tags(p *plan.Plan) []string {
+// one for this toolchain, build platform, Go environment, targets (the
+// plan's platforms, unless targets names others) and module files, and
+// one for the same without the module files (any commit of the project,
+// for a build whose go.sum changed).
+func Tags(p *plan.Plan, targets []string) []string {
+	if targets == nil {
+		targets = p.PlatformIDs()
+	}
 	base := sha256.New()
 	fmt.Fprintf(base, "toolchain %s\nbuild %s\n", p.Toolchain.SHA256, config.FormatPlatform(p.BuildPlatform))
-	fmt.Fprintf(base, "env %q\nargs %q\ntargets %q\n", p.GoEnv.Env, compileArgs(p.GoEnv.BuildArgs), p.PlatformIDs())
+	fmt.Fprintf(base, "env %q\nargs %q\ntargets %q\n", p.GoEnv.Env, compileArgs(p.GoEnv.BuildArgs), targets)
 	exact := sha256.New()
 	exact.Write(base.Sum(nil))
 	for _, f := range p.ModFiles {

@@ -91,14 +91,16 @@ func Keys(pinnedPath string, publishing bool) (*sign.Verifier, *sign.Signer, err
 
 // Seed fetches the best snapshot in repo for the plan's toolchain and Go
 // environment, nil when there is none or it is refused: any failure is a
-// warning, and the build goes on without it (slower, never wrong).
-func Seed(ctx context.Context, repo string, p *plan.Plan, cacheDir string, max int64, key *sign.Verifier) *Snapshot {
+// warning, and the build goes on without it (slower, never wrong). targets
+// are the platforms of the snapshot to look for (Tags), the plan's when
+// nil: a part of a spread build seeds from the whole build's snapshot.
+func Seed(ctx context.Context, repo string, p *plan.Plan, targets []string, cacheDir string, max int64, key *sign.Verifier) *Snapshot {
 	repo, plainHTTP, err := Repo(repo, "-gocachefrom")
 	if err != nil {
 		log.G(ctx).Warnf("Go cache snapshot: %v; building without it", err)
 		return nil
 	}
-	snap, err := Fetch(ctx, repo, Tags(p), cacheDir, FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials(), Max: max, Verifier: key})
+	snap, err := Fetch(ctx, repo, Tags(p, targets), cacheDir, FetchOptions{PlainHTTP: plainHTTP, Credentials: buildkit.Credentials(), Max: max, Verifier: key})
 	switch {
 	case errors.Is(err, ErrNotFound):
 		log.G(ctx).Infof("Go cache snapshot: none in %s for this toolchain and Go environment yet", repo)
@@ -124,7 +126,7 @@ func Publish(ctx context.Context, repo string, p *plan.Plan, snapshot llb.State,
 		return nil, err
 	}
 	var refs []string
-	for _, tag := range Tags(p) {
+	for _, tag := range Tags(p, nil) {
 		refs = append(refs, repo+":"+tag)
 	}
 	dgst, err := push(ctx, "gocache", snapshot, refs, true)

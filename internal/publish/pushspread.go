@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -20,10 +21,10 @@ import (
 
 // pushSpread pushes the images with their platforms spread over several
 // daemons (spread.Split): each daemon pushes its platforms by digest, with
-// no tag, and kiln then tags each image's index, made with the bytes one
-// daemon's push gives it (ocimerge.Index). The indexes are tagged only once
-// every daemon has pushed and every part read the same tree, so a failure
-// moves no tag.
+// no tag, and kiln then pushes each image's index, made with the bytes one
+// daemon's push gives it (ocimerge.Index), and tags it. The tags move only
+// once every daemon has pushed, every part read the same tree and every
+// index is in the registry, so a failure moves no tag.
 func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, registry string, hosts []string) ([]PushResult, error) {
 	p, err := session.Plan(opts)
 	if err != nil {
@@ -62,9 +63,16 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 	}
 
 	_, loopback, _ := buildkit.RegistryHost(registry)
-	resolver := buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials())
+	// Each push its own resolver: one resolver's push tracker would take
+	// the second tag of an index for done.
+	pusher := func(ref string) (remotes.Pusher, error) {
+		return buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials()).Pusher(ctx, ref)
+	}
+	// Every index is made and pushed by digest before any tag moves, so a
+	// failure leaves the tags where they were.
 	var results []PushResult
-	for _, img := range p.Images {
+	indexes := make([][]byte, len(p.Images))
+	for i, img := range p.Images {
 		repo := registry + "/" + p.Repository + "/" + img.Name
 		var manifests []ocispec.Descriptor
 		for _, part := range pushed {
@@ -72,9 +80,9 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 				if r.Name != img.Name {
 					continue
 				}
-				_, m, err := platformManifests(ctx, resolver, repo, digest.Digest(r.Digest))
+				_, m, err := platformManifests(ctx, buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials()), repo, digest.Digest(r.Digest))
 				if err != nil {
-					return nil, err
+					return nil, spreadPushErr(err, registry)
 				}
 				manifests = append(manifests, m...)
 			}
@@ -83,25 +91,18 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", repo, err)
 		}
-		data, err := ocimerge.Index(index)
-		if err != nil {
+		if indexes[i], err = ocimerge.Index(index); err != nil {
 			return nil, err
 		}
-		desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageIndex, Digest: digest.FromBytes(data), Size: int64(len(data))}
-		result := PushResult{Name: img.Name, Digest: desc.Digest.String()}
-		for _, tag := range tagsOf(reads[0].Stamp.Version, popts.Latest) {
-			ref := repo + ":" + tag
-			// A resolver of its own: one resolver's push tracker would
-			// take the second tag of the same index for done.
-			pusher, err := buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials()).Pusher(ctx, ref)
-			if err == nil {
-				err = buildkit.WriteBlob(ctx, pusher, desc, data)
-			}
-			if err != nil {
-				return nil, explainPush(fmt.Errorf("tag %s: %w", ref, err), registry)
-			}
-			result.Refs = append(result.Refs, ref)
+		ref := repo + "@" + digest.FromBytes(indexes[i]).String()
+		w, err := pusher(ref)
+		if err == nil {
+			err = buildkit.WriteBlob(ctx, w, indexDesc(indexes[i]), indexes[i])
 		}
+		if err != nil {
+			return nil, spreadPushErr(fmt.Errorf("push %s: %w", ref, err), registry)
+		}
+		result := PushResult{Name: img.Name, Digest: indexDesc(indexes[i]).Digest.String()}
 		if popts.ReadBack {
 			for _, m := range index {
 				result.Platforms = append(result.Platforms, inspect.PlatformDigest{Platform: platforms.Format(*m.Platform), Digest: m.Digest.String()})
@@ -109,7 +110,30 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 		}
 		results = append(results, result)
 	}
+	for i, img := range p.Images {
+		for _, tag := range tagsOf(reads[0].Stamp.Version, popts.Latest) {
+			ref := registry + "/" + p.Repository + "/" + img.Name + ":" + tag
+			w, err := pusher(ref)
+			if err == nil {
+				err = buildkit.WriteBlob(ctx, w, indexDesc(indexes[i]), indexes[i])
+			}
+			if err != nil {
+				return nil, spreadPushErr(fmt.Errorf("tag %s: %w", ref, err), registry)
+			}
+			results[i].Refs = append(results[i].Refs, ref)
+		}
+	}
 	return results, nil
+}
+
+func indexDesc(data []byte) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageIndex, Digest: digest.FromBytes(data), Size: int64(len(data))}
+}
+
+// spreadPushErr says that kiln's own client reads and tags a spread push,
+// where a one-daemon push needs only the daemon to reach the registry.
+func spreadPushErr(err error, registry string) error {
+	return fmt.Errorf("%w (a push spread over several daemons reads and tags the images with kiln's own client, which reaches %s over HTTPS trusting the system's CAs, or plain HTTP on loopback; -skiptlsverify skips the certificate check)", explainPush(err, registry), registry)
 }
 
 // inOrder is one manifest for each platform, in the image's order.

@@ -20,8 +20,8 @@ import (
 // seedGoCache makes the package steps seed GOCACHE from the best snapshot
 // in repo, in a Go cache of this snapshot's own, never the shared one: an
 // entry a snapshot planted cannot outlive the snapshot.
-func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string) {
-	snap := gocache.Seed(ctx, repo, s.Plan, cacheDir, s.goCacheMax, s.goCacheKey)
+func (s *Session) seedGoCache(ctx context.Context, repo string, cacheDir string, targets []string) {
+	snap := gocache.Seed(ctx, repo, s.Plan, targets, cacheDir, s.goCacheMax, s.goCacheKey)
 	if snap == nil {
 		return
 	}

@@ -71,6 +71,10 @@ type Options struct {
 	// Part is set by package spread on the session of one daemon of a spread
 	// build: its outcome carries the sources it read and its stamp.
 	Part bool
+	// SnapshotTargets are the platforms of the Go cache snapshot to seed
+	// from, the build's when nil: package spread gives each daemon's part
+	// the whole build's, whose snapshot a one-daemon build publishes.
+	SnapshotTargets []string
 	// RetryElsewhere, with several daemons, reruns the platforms of a
 	// daemon that failed on one that finished (package spread).
 	RetryElsewhere bool

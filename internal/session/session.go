@@ -344,7 +344,7 @@ func (pr *Prepared) Start(ctx context.Context) (*Session, error) {
 		}
 	}
 	if pr.goCacheFrom != "" {
-		s.seedGoCache(ctx, pr.goCacheFrom, pr.cache)
+		s.seedGoCache(ctx, pr.goCacheFrom, pr.cache, opts.SnapshotTargets)
 	}
 	return s, nil
 }

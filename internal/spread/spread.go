@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/containerd/log"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kiln-build/kiln/internal/atomicfile"
@@ -64,13 +65,13 @@ func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, 
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	b := builder{work: work, progress: shares[0].Options.ProgressOut}
+	b := builder{work: work}
 	parts := make([]*part, len(shares))
 	for i, sh := range shares {
 		parts[i] = &part{Share: sh}
 	}
 	if opts.RetryElsewhere {
-		err = b.buildRetrying(ctx, parts)
+		err = b.buildRetrying(ctx, parts, hosts)
 	} else {
 		err = b.buildAll(ctx, parts)
 	}
@@ -145,21 +146,34 @@ func Split(opts session.Options, p *plan.Plan, hosts []string) ([]Share, error) 
 	if mode == "auto" || mode == "tty" {
 		mode = "plain" // one display per daemon, so lines, not a screen
 	}
+	for i, h := range hosts {
+		if slices.Index(hosts, h) < i {
+			return nil, fmt.Errorf("%s names %s twice: name each daemon once", buildkit.HostEnv, h)
+		}
+	}
+	// Only the platforms some image built has: a daemon given another
+	// would have no image to build.
+	var built []string
+	for _, id := range p.PlatformIDs() {
+		if slices.ContainsFunc(p.Images, func(img plan.Image) bool { return slices.Contains(img.PlatformIDs(), id) }) {
+			built = append(built, id)
+		}
+	}
 	progress := &lockedWriter{w: cmp.Or[io.Writer](opts.ProgressOut, os.Stderr)}
 	var shares []Share
-	for i, platforms := range Deal(p.PlatformIDs(), hosts, p.Builders) {
-		if len(platforms) == 0 {
-			continue
-		}
+	for i, platforms := range Deal(built, hosts, p.Builders) {
 		var images []string
 		for _, img := range p.Images {
 			if slices.ContainsFunc(img.PlatformIDs(), func(id string) bool { return slices.Contains(platforms, id) }) {
 				images = append(images, img.Name)
 			}
 		}
+		if len(images) == 0 {
+			continue
+		}
 		o := opts
 		o.Daemon, o.Platforms, o.Images = hosts[i], strings.Join(platforms, ","), images
-		o.Progress, o.ProgressOut = mode, progress
+		o.Progress, o.ProgressOut, o.SnapshotTargets = mode, progress, p.PlatformIDs()
 		shares = append(shares, Share{Host: hosts[i], Platforms: platforms, Options: o})
 	}
 	return shares, nil
@@ -256,9 +270,8 @@ type part struct {
 
 // builder runs the parts of one spread build of images.
 type builder struct {
-	work     string
-	progress io.Writer
-	dirs     int
+	work string
+	dirs int
 }
 
 // nextDir is a new folder for one daemon's outputs.
@@ -292,9 +305,10 @@ func (b *builder) buildAll(ctx context.Context, parts []*part) error {
 
 // buildRetrying builds every part on its daemon, letting the others go on
 // when one fails, then rebuilds each failed part on the daemon that
-// finished with the fewest platforms. It fails when a rebuild fails, when
-// no daemon finished, or when the build was cancelled.
-func (b *builder) buildRetrying(ctx context.Context, parts []*part) error {
+// finished with the fewest platforms (one given none when none finished).
+// It fails when a rebuild fails, when no daemon is left to rebuild on, or
+// when the build was cancelled.
+func (b *builder) buildRetrying(ctx context.Context, parts []*part, hosts []string) error {
 	errs := make([]error, len(parts))
 	var wg sync.WaitGroup
 	for i, pt := range parts {
@@ -312,6 +326,13 @@ func (b *builder) buildRetrying(ctx context.Context, parts []*part) error {
 		}
 	}
 	if len(load) == 0 {
+		for _, h := range hosts {
+			if !slices.ContainsFunc(parts, func(pt *part) bool { return pt.Host == h }) {
+				load[h] = 0
+			}
+		}
+	}
+	if len(load) == 0 {
 		return fmt.Errorf("no daemon finished, so none could build the others' platforms: %w", errors.Join(errs...))
 	}
 	for i, pt := range parts {
@@ -319,12 +340,12 @@ func (b *builder) buildRetrying(ctx context.Context, parts []*part) error {
 			continue
 		}
 		host := ""
-		for _, done := range parts {
-			if _, ok := load[done.Host]; ok && (host == "" || load[done.Host] < load[host]) {
-				host = done.Host
+		for _, h := range hosts {
+			if n, ok := load[h]; ok && (host == "" || n < load[host]) {
+				host = h
 			}
 		}
-		fmt.Fprintf(b.progress, "kiln: %v\nkiln: building %s on the daemon at %s instead (-retryelsewhere)\n", errs[i], strings.Join(pt.Platforms, ", "), host)
+		log.G(ctx).Warnf("%v; building %s on the daemon at %s instead (-retryelsewhere)", errs[i], strings.Join(pt.Platforms, ", "), host)
 		if err := b.build(ctx, pt, host, b.nextDir()); err != nil {
 			return fmt.Errorf("%w; then, retried elsewhere: %w", errs[i], err)
 		}

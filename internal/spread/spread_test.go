@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/log"
 	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sirupsen/logrus"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
@@ -97,6 +99,11 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		for _, tag := range []string{"v0.0.0-dev", "latest"} {
+			if dgst, _, _, err := reg.Manifest("antrea/antrea-controller", tag); err != nil || dgst != spreadPush[0].Digest {
+				t.Errorf("the tag %s names %s (%v), want %s", tag, dgst, err, spreadPush[0].Digest)
+			}
+		}
 		t.Setenv(buildkit.HostEnv, shared.Address)
 		onePush, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr})
 		if err != nil {
@@ -105,25 +112,41 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		if spreadPush[0].Digest != onePush[0].Digest || len(spreadPush[0].Platforms) != 2 {
 			t.Errorf("pushed from two daemons: %s %v, from one: %s", spreadPush[0].Digest, spreadPush[0].Platforms, onePush[0].Digest)
 		}
-		for _, tag := range []string{"v0.0.0-dev", "latest"} {
-			if dgst, _, _, err := reg.Manifest("antrea/antrea-controller", tag); err != nil || dgst != onePush[0].Digest {
-				t.Errorf("the tag %s names %s (%v), want %s", tag, dgst, err, onePush[0].Digest)
-			}
+
+		// The Go cache snapshot a one-daemon build publishes seeds each
+		// daemon of a spread build of the same platforms.
+		snapshots := reg.Addr + "/kiln/gocache"
+		publishing := opts
+		publishing.GoCacheTo, publishing.OutDir = snapshots, t.TempDir()
+		if _, err := session.Images(ctx, publishing); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
+		seededCtx, seedLogs := withLogs(ctx)
+		seeded := opts
+		seeded.GoCacheFrom, seeded.GoCacheUnsigned, seeded.OutDir = snapshots, true, t.TempDir()
+		if out, err := spread.Images(seededCtx, seeded); err != nil {
+			t.Errorf("a spread build seeded from a snapshot: %v", err)
+		} else if out.Images[0].Digest != whole.Digest {
+			t.Errorf("seeded from a snapshot: %s, on one daemon: %s", out.Images[0].Digest, whole.Digest)
+		}
+		if n := strings.Count(seedLogs.String(), "Go cache snapshot "+snapshots+":"); n != 2 {
+			t.Errorf("%d daemons seeded from the snapshot, want 2:\n%s", n, seedLogs.String())
 		}
 
 		// With -retryelsewhere the missing daemon's platform is built on the
 		// one that finished (the shared daemon, warm), to the same bytes.
 		t.Setenv(buildkit.HostEnv, missing+","+shared.Address)
-		var progress bytes.Buffer
+		logged, logs := withLogs(ctx)
 		retry := opts
-		retry.RetryElsewhere, retry.ProgressOut, retry.Progress = true, &progress, "plain"
-		if again, err := spread.Images(ctx, retry); err != nil {
+		retry.RetryElsewhere = true
+		if again, err := spread.Images(logged, retry); err != nil {
 			t.Errorf("a build retried elsewhere: %v", err)
 		} else if got, _ = os.ReadFile(again.Images[0].Path); again.Images[0].Digest != whole.Digest || !bytes.Equal(got, want) {
 			t.Errorf("retried elsewhere: %s (%d bytes), on one daemon: %s (%d bytes)", again.Images[0].Digest, len(got), whole.Digest, len(want))
 		}
-		if !strings.Contains(progress.String(), "building linux/amd64 on the daemon at "+shared.Address+" instead") {
-			t.Errorf("the retry is not reported: %s", progress.String())
+		if !strings.Contains(logs.String(), "building linux/amd64 on the daemon at "+shared.Address+" instead") {
+			t.Errorf("the retry is not reported: %s", logs.String())
 		}
 		t.Setenv(buildkit.HostEnv, missing+","+missing+"-2")
 		if _, err := spread.Images(ctx, retry); err == nil || !strings.Contains(err.Error(), "no daemon finished") {
@@ -163,4 +186,12 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 			t.Errorf("%s: wrote %s", tt.name, dest)
 		}
 	}
+}
+
+// withLogs is ctx logging into the returned buffer.
+func withLogs(ctx context.Context) (context.Context, *bytes.Buffer) {
+	var logs bytes.Buffer
+	logger := logrus.New()
+	logger.SetOutput(&logs)
+	return log.WithLogger(ctx, logrus.NewEntry(logger)), &logs
 }

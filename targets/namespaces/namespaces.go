@@ -88,6 +88,9 @@ func (Images) Smoke(ctx context.Context, address *string, namespace *string, pla
 //	                        checks for this registry (registry.insecure); a
 //	                        loopback registry needs no flag
 //	-platforms, -stamp, -progress, -cacheto, -cachefrom, -metadata as for images
+//
+// BUILDKIT_HOST=A,B,... spreads the platforms over several daemons: each
+// pushes its platforms by digest, then kiln tags each image's index.
 func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
@@ -114,6 +117,9 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 //	-registry, -latest, -skiptlsverify, -platforms, -stamp, -progress,
 //	-cacheto, -cachefrom    as for images:push
 //	-metadata=FILE          write the pushed images and written files as JSON
+//
+// BUILDKIT_HOST=A,B,... spreads the platforms over several daemons, as
+// images:push does.
 func (Images) Resolve(ctx context.Context, f *string, o *string, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
 	opts := cli.Options(platforms, stamp, progress)
 	opts.CacheTo, opts.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
