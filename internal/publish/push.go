@@ -33,6 +33,9 @@ type PushOptions struct {
 	// client for its platform manifests (-metadata). A registry whose CA
 	// only the daemon's configuration names cannot be read back.
 	ReadBack bool
+	// RetryElsewhere, with several daemons, pushes the platforms of a
+	// daemon that failed from one that finished (spread.Run).
+	RetryElsewhere bool
 }
 
 // PushResult is one pushed image.

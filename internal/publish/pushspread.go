@@ -10,7 +10,6 @@ import (
 	"github.com/containerd/platforms"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
@@ -36,26 +35,23 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 	}
 	pushed := make([][]PushResult, len(shares))
 	reads := make([]spread.Read, len(shares))
-	g, gctx := errgroup.WithContext(ctx)
-	for i, sh := range shares {
-		g.Go(func() error {
-			s, err := session.Start(gctx, sh.Options)
-			if err != nil {
-				return sh.Failed(err)
-			}
-			defer s.Close()
-			before := s.SourceDigests()
-			if pushed[i], err = push(gctx, s, registry, popts.SkipTLSVerify, nil, false); err != nil {
-				return sh.Failed(err)
-			}
-			if !maps.Equal(before, s.SourceDigests()) {
-				return sh.Failed(fmt.Errorf("the tree changed while the daemon read it; build again"))
-			}
-			reads[i] = spread.Read{Host: sh.Host, Sources: before, Stamp: s.Plan.Stamp}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	err = spread.Run(ctx, shares, hosts, popts.RetryElsewhere, func(ctx context.Context, i int, sh spread.Share) error {
+		s, err := session.Start(ctx, sh.Options)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		before := s.SourceDigests()
+		if pushed[i], err = push(ctx, s, registry, popts.SkipTLSVerify, nil, false); err != nil {
+			return err
+		}
+		if !maps.Equal(before, s.SourceDigests()) {
+			return fmt.Errorf("the tree changed while the daemon read it; build again")
+		}
+		reads[i] = spread.Read{Host: sh.Host, Sources: before, Stamp: s.Plan.Stamp}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	if err := spread.SameTree(reads); err != nil {

@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -65,31 +64,33 @@ func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, 
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	b := builder{work: work}
-	parts := make([]*part, len(shares))
-	for i, sh := range shares {
-		parts[i] = &part{Share: sh}
-	}
-	if opts.RetryElsewhere {
-		err = b.buildRetrying(ctx, parts, hosts)
-	} else {
-		err = b.buildAll(ctx, parts)
-	}
+	outs := make([]*session.ImagesOutcome, len(shares))
+	reads := make([]Read, len(shares))
+	err = Run(ctx, shares, hosts, opts.RetryElsewhere, func(ctx context.Context, i int, sh Share) error {
+		dir, err := os.MkdirTemp(work, "part-")
+		if err != nil {
+			return err
+		}
+		o := sh.Options
+		o.OutDir, o.Part = dir, true
+		out, err := session.Images(ctx, o)
+		if err != nil {
+			return err
+		}
+		outs[i], reads[i] = out, Read{Host: sh.Host, Sources: out.Sources, Stamp: out.Stamp}
+		return nil
+	})
 	if err != nil {
 		return nil, err
-	}
-	var reads []Read
-	for _, pt := range parts {
-		reads = append(reads, Read{Host: pt.Host, Sources: pt.out.Sources, Stamp: pt.out.Stamp})
 	}
 	if err := SameTree(reads); err != nil {
 		return nil, err
 	}
 
 	out := &session.ImagesOutcome{}
-	for _, pt := range parts {
-		out.Steps = out.Steps.Plus(pt.out.Steps)
-		out.Explanations = append(out.Explanations, pt.out.Explanations...)
+	for _, o := range outs {
+		out.Steps = out.Steps.Plus(o.Steps)
+		out.Explanations = append(out.Explanations, o.Explanations...)
 	}
 	merged := filepath.Join(work, "merged")
 	if err := os.Mkdir(merged, 0o755); err != nil {
@@ -97,8 +98,8 @@ func Images(ctx context.Context, opts session.Options) (*session.ImagesOutcome, 
 	}
 	for _, img := range p.Images {
 		var tarballs []string
-		for _, pt := range parts {
-			for _, r := range pt.out.Images {
+		for _, o := range outs {
+			for _, r := range o.Images {
 				if r.Name == img.Name {
 					tarballs = append(tarballs, r.Path)
 				}
@@ -262,72 +263,44 @@ func Daemons(opts session.Options) []string {
 	return buildkit.Hosts(os.Getenv(buildkit.HostEnv))
 }
 
-// part is a share being built, and what it built.
-type part struct {
-	Share
-	out *session.ImagesOutcome
-}
-
-// builder runs the parts of one spread build of images.
-type builder struct {
-	work string
-	dirs int
-}
-
-// nextDir is a new folder for one daemon's outputs.
-func (b *builder) nextDir() string {
-	b.dirs++
-	return filepath.Join(b.work, strconv.Itoa(b.dirs))
-}
-
-// build builds pt's share on host, into dir.
-func (b *builder) build(ctx context.Context, pt *part, host, dir string) error {
-	o := pt.Options
-	o.Daemon, o.OutDir, o.Part = host, dir, true
-	out, err := session.Images(ctx, o)
-	if err != nil {
-		return Share{Host: host, Platforms: pt.Platforms}.Failed(err)
+// Run builds every share on its daemon with build, which is given the
+// share's index; the first to fail stops the others. With retry, the others
+// go on instead, and each failed share is built again on the daemon that
+// finished with the fewest platforms (one given none when none finished),
+// its Host and Options.Daemon changed; Run fails when that fails too, when
+// no daemon is left, or when ctx is cancelled.
+func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build func(ctx context.Context, i int, sh Share) error) error {
+	try := func(ctx context.Context, i int, sh Share) error {
+		if err := build(ctx, i, sh); err != nil {
+			return sh.Failed(err)
+		}
+		return nil
 	}
-	pt.Host, pt.out = host, out
-	return nil
-}
-
-// buildAll builds every part on its daemon; the first to fail stops the
-// others.
-func (b *builder) buildAll(ctx context.Context, parts []*part) error {
-	g, gctx := errgroup.WithContext(ctx)
-	for _, pt := range parts {
-		dir := b.nextDir()
-		g.Go(func() error { return b.build(gctx, pt, pt.Host, dir) })
+	if !retry {
+		g, gctx := errgroup.WithContext(ctx)
+		for i, sh := range shares {
+			g.Go(func() error { return try(gctx, i, sh) })
+		}
+		return g.Wait()
 	}
-	return g.Wait()
-}
-
-// buildRetrying builds every part on its daemon, letting the others go on
-// when one fails, then rebuilds each failed part on the daemon that
-// finished with the fewest platforms (one given none when none finished).
-// It fails when a rebuild fails, when no daemon is left to rebuild on, or
-// when the build was cancelled.
-func (b *builder) buildRetrying(ctx context.Context, parts []*part, hosts []string) error {
-	errs := make([]error, len(parts))
+	errs := make([]error, len(shares))
 	var wg sync.WaitGroup
-	for i, pt := range parts {
-		dir := b.nextDir()
-		wg.Go(func() { errs[i] = b.build(ctx, pt, pt.Host, dir) })
+	for i, sh := range shares {
+		wg.Go(func() { errs[i] = try(ctx, i, sh) })
 	}
 	wg.Wait()
 	if err := ctx.Err(); err != nil {
 		return errors.Join(append([]error{err}, errs...)...)
 	}
 	load := map[string]int{}
-	for i, pt := range parts {
+	for i, sh := range shares {
 		if errs[i] == nil {
-			load[pt.Host] = len(pt.Platforms)
+			load[sh.Host] = len(sh.Platforms)
 		}
 	}
 	if len(load) == 0 {
 		for _, h := range hosts {
-			if !slices.ContainsFunc(parts, func(pt *part) bool { return pt.Host == h }) {
+			if !slices.ContainsFunc(shares, func(sh Share) bool { return sh.Host == h }) {
 				load[h] = 0
 			}
 		}
@@ -335,7 +308,7 @@ func (b *builder) buildRetrying(ctx context.Context, parts []*part, hosts []stri
 	if len(load) == 0 {
 		return fmt.Errorf("no daemon finished, so none could build the others' platforms: %w", errors.Join(errs...))
 	}
-	for i, pt := range parts {
+	for i, sh := range shares {
 		if errs[i] == nil {
 			continue
 		}
@@ -345,11 +318,12 @@ func (b *builder) buildRetrying(ctx context.Context, parts []*part, hosts []stri
 				host = h
 			}
 		}
-		log.G(ctx).Warnf("%v; building %s on the daemon at %s instead (-retryelsewhere)", errs[i], strings.Join(pt.Platforms, ", "), host)
-		if err := b.build(ctx, pt, host, b.nextDir()); err != nil {
+		log.G(ctx).Warnf("%v; building %s on the daemon at %s instead (-retryelsewhere)", errs[i], strings.Join(sh.Platforms, ", "), host)
+		sh.Host, sh.Options.Daemon = host, host
+		if err := try(ctx, i, sh); err != nil {
 			return fmt.Errorf("%w; then, retried elsewhere: %w", errs[i], err)
 		}
-		load[host] += len(pt.Platforms)
+		load[host] += len(sh.Platforms)
 	}
 	return nil
 }

@@ -113,6 +113,13 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 			t.Errorf("pushed from two daemons: %s %v, from one: %s", spreadPush[0].Digest, spreadPush[0].Platforms, onePush[0].Digest)
 		}
 
+		// A push with a daemon missing, retried elsewhere, pushes the same.
+		t.Setenv(buildkit.HostEnv, missing+","+shared.Address)
+		if retried, err := publish.Push(ctx, opts, publish.PushOptions{Registry: reg.Addr, RetryElsewhere: true}); err != nil || retried[0].Digest != onePush[0].Digest {
+			t.Errorf("a push retried elsewhere: %v %v, want %s", retried, err, onePush[0].Digest)
+		}
+		t.Setenv(buildkit.HostEnv, shared.Address)
+
 		// The Go cache snapshot a one-daemon build publishes seeds each
 		// daemon of a spread build of the same platforms.
 		snapshots := reg.Addr + "/kiln/gocache"

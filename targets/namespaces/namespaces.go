@@ -91,10 +91,13 @@ func (Images) Smoke(ctx context.Context, address *string, namespace *string, pla
 //
 // BUILDKIT_HOST=A,B,... spreads the platforms over several daemons: each
 // pushes its platforms by digest, then kiln tags each image's index.
-func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
+//
+//	-retryelsewhere         with several daemons, push the platforms of one
+//	                        that fails from one that finished
+func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string, retryelsewhere *bool) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.CacheTo, o.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
-	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), ReadBack: cli.Str(metadata) != ""})
+	results, err := publish.Push(ctx, o, publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), ReadBack: cli.Str(metadata) != "", RetryElsewhere: cli.Bool(retryelsewhere)})
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}
@@ -119,11 +122,11 @@ func (Images) Push(ctx context.Context, registry *string, latest *bool, skiptlsv
 //	-metadata=FILE          write the pushed images and written files as JSON
 //
 // BUILDKIT_HOST=A,B,... spreads the platforms over several daemons, as
-// images:push does.
-func (Images) Resolve(ctx context.Context, f *string, o *string, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string) error {
+// images:push does, -retryelsewhere too.
+func (Images) Resolve(ctx context.Context, f *string, o *string, registry *string, latest *bool, skiptlsverify *bool, platforms *string, stamp *bool, progress *string, cacheto *string, cachefrom *string, metadata *string, retryelsewhere *bool) error {
 	opts := cli.Options(platforms, stamp, progress)
 	opts.CacheTo, opts.CacheFrom = cli.Str(cacheto), cli.Str(cachefrom)
-	popts := publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), ReadBack: cli.Str(metadata) != ""}
+	popts := publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), ReadBack: cli.Str(metadata) != "", RetryElsewhere: cli.Bool(retryelsewhere)}
 	out, err := publish.Resolve(ctx, opts, popts, publish.ResolveOptions{From: cli.Str(f), Out: cli.Str(o)})
 	if err != nil {
 		return cli.Interrupted(ctx, err)
