@@ -28,6 +28,7 @@ import (
 	"github.com/kiln-build/kiln/internal/explain"
 	"github.com/kiln-build/kiln/internal/gocache"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/release"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/verify"
@@ -347,15 +348,20 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //	                        images with index and platform digests and the
 //	                        signatures and attestations attached, assets
 //	                        and manifests with their sha256
-func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool, metadata *string) error {
+//	-retryelsewhere         as for images:push
+//
+// With several daemons (BUILDKIT_HOST=A,B,...) each builds and pushes its
+// platforms and their assets; the indexes, signatures and attestations are
+// the ones one daemon's release gives.
+func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool, metadata *string, retryelsewhere *bool) error {
 	o := cli.Options(nil, nil, progress)
-	r := publish.ReleaseOptions{
-		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify)},
+	r := release.ReleaseOptions{
+		PushOptions: publish.PushOptions{Registry: cli.Str(registry), Latest: cli.Bool(latest), SkipTLSVerify: cli.Bool(skiptlsverify), RetryElsewhere: cli.Bool(retryelsewhere)},
 		DryRun:      cli.Bool(dryrun),
 		Force:       cli.Bool(force),
 		TrustCaches: cli.Bool(trustcaches),
 	}
-	sum, err := publish.Release(ctx, o, r)
+	sum, err := release.Release(ctx, o, r)
 	if err != nil {
 		return cli.Interrupted(ctx, err)
 	}

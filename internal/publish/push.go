@@ -2,13 +2,16 @@ package publish
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 
+	"github.com/containerd/containerd/v2/core/remotes"
 	"github.com/distribution/reference"
 	"github.com/moby/buildkit/client"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/config"
@@ -46,9 +49,6 @@ type PushResult struct {
 	// Platforms are the index's platform manifests, as the registry has
 	// them (read back only when asked: PushOptions.ReadBack, a release).
 	Platforms []inspect.PlatformDigest `json:"platforms,omitempty"`
-	// Attached are the signatures and attestations a release attached
-	// to the index and each platform manifest.
-	Attached []Attached `json:"attached,omitempty"`
 }
 
 // Push builds every image and pushes it, all platforms in one index, tagged
@@ -67,11 +67,11 @@ func Push(ctx context.Context, opts session.Options, popts PushOptions) ([]PushR
 		return nil, err
 	}
 	defer s.Close()
-	return push(ctx, s, registry, popts.SkipTLSVerify, tagsOf(s.Plan.Stamp.Version, popts.Latest), popts.ReadBack)
+	return PushImages(ctx, s, registry, popts.SkipTLSVerify, Tags(s.Plan.Stamp.Version, popts.Latest), popts.ReadBack)
 }
 
 // tagsOf are the tags a push gives each image.
-func tagsOf(version string, latest bool) []string {
+func Tags(version string, latest bool) []string {
 	if latest {
 		return []string{version, "latest"}
 	}
@@ -80,7 +80,7 @@ func tagsOf(version string, latest bool) []string {
 
 // push builds every image of the session and pushes it under tags, or, with
 // no tags, by digest alone (a part of a spread push).
-func push(ctx context.Context, s *session.Session, registry string, skipTLSVerify bool, tags []string, readBack bool) ([]PushResult, error) {
+func PushImages(ctx context.Context, s *session.Session, registry string, skipTLSVerify bool, tags []string, readBack bool) ([]PushResult, error) {
 	s.UseRegistry(registry + "/" + s.Plan.Repository)
 	var jobs []buildkit.Job
 	var results []PushResult
@@ -129,7 +129,7 @@ func push(ctx context.Context, s *session.Session, registry string, skipTLSVerif
 			continue
 		}
 		repo := registry + "/" + s.Plan.Repository + "/" + results[i].Name
-		_, manifests, err := platformManifests(ctx, resolver, repo, digest.Digest(results[i].Digest))
+		_, manifests, err := PlatformManifests(ctx, resolver, repo, digest.Digest(results[i].Digest))
 		if err != nil {
 			return nil, err
 		}
@@ -153,4 +153,32 @@ func explainPush(err error, registry string) error {
 		return fmt.Errorf("push to %s: the registry refused the credentials (401); kiln reads them from %s (DOCKER_CONFIG); log in with `docker login %s` or fix that file: %w", registry, buildkit.DockerConfigPath(), registry, err)
 	}
 	return fmt.Errorf("push to %s: %w", registry, err)
+}
+
+// PlatformManifests are the platform manifests of a pushed index.
+func PlatformManifests(ctx context.Context, resolver remotes.Resolver, repo string, index digest.Digest) (ocispec.Descriptor, []ocispec.Descriptor, error) {
+	ref := repo + "@" + index.String()
+	_, desc, err := resolver.Resolve(ctx, ref)
+	if err != nil {
+		return desc, nil, fmt.Errorf("read back %s: %w", ref, err)
+	}
+	f, err := resolver.Fetcher(ctx, ref)
+	if err != nil {
+		return desc, nil, err
+	}
+	data, err := buildkit.ReadBlob(ctx, f, desc, 4<<20)
+	if err != nil {
+		return desc, nil, fmt.Errorf("read back %s: %w", ref, err)
+	}
+	var idx ocispec.Index
+	if err := json.Unmarshal(data, &idx); err != nil {
+		return desc, nil, fmt.Errorf("read back %s: not an index: %w", ref, err)
+	}
+	var out []ocispec.Descriptor
+	for _, m := range idx.Manifests {
+		if m.Platform != nil && m.Platform.OS != "unknown" {
+			out = append(out, m)
+		}
+	}
+	return desc, out, nil
 }

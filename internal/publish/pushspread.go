@@ -13,6 +13,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/ocimerge"
+	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
@@ -20,10 +21,8 @@ import (
 
 // pushSpread pushes the images with their platforms spread over several
 // daemons (spread.Split): each daemon pushes its platforms by digest, with
-// no tag, and kiln then pushes each image's index, made with the bytes one
-// daemon's push gives it (ocimerge.Index), and tags it. The tags move only
-// once every daemon has pushed, every part read the same tree and every
-// index is in the registry, so a failure moves no tag.
+// no tag, and kiln then pushes and tags the indexes (PushIndexes) once
+// every daemon has pushed and every part read the same tree.
 func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, registry string, hosts []string) ([]PushResult, error) {
 	p, err := session.Plan(opts)
 	if err != nil {
@@ -42,7 +41,7 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 		}
 		defer s.Close()
 		before := s.SourceDigests()
-		if pushed[i], err = push(ctx, s, registry, popts.SkipTLSVerify, nil, false); err != nil {
+		if pushed[i], err = PushImages(ctx, s, registry, popts.SkipTLSVerify, nil, false); err != nil {
 			return err
 		}
 		if !maps.Equal(before, s.SourceDigests()) {
@@ -58,6 +57,21 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 		return nil, err
 	}
 
+	parts := make([]PushResult, 0, len(p.Images))
+	for _, part := range pushed {
+		parts = append(parts, part...)
+	}
+	return PushIndexes(ctx, p, parts, reads[0].Stamp.Version, popts, registry)
+}
+
+// PushIndexes makes each image's index of the platform manifests the parts
+// pushed by digest (each part an index of some of its platforms), in the
+// image's platform order, as the bytes one daemon's push gives it
+// (ocimerge.Index), and pushes it by digest; once every index is in the
+// registry it tags them with the version (and latest when asked), so a
+// failure moves no tag. PushOptions.ReadBack lists each result's
+// platform manifests.
+func PushIndexes(ctx context.Context, p *plan.Plan, parts []PushResult, version string, popts PushOptions, registry string) ([]PushResult, error) {
 	_, loopback, _ := buildkit.RegistryHost(registry)
 	// Each push its own resolver: one resolver's push tracker would take
 	// the second tag of an index for done.
@@ -71,17 +85,15 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 	for i, img := range p.Images {
 		repo := registry + "/" + p.Repository + "/" + img.Name
 		var manifests []ocispec.Descriptor
-		for _, part := range pushed {
-			for _, r := range part {
-				if r.Name != img.Name {
-					continue
-				}
-				_, m, err := platformManifests(ctx, buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials()), repo, digest.Digest(r.Digest))
-				if err != nil {
-					return nil, spreadPushErr(err, registry)
-				}
-				manifests = append(manifests, m...)
+		for _, r := range parts {
+			if r.Name != img.Name {
+				continue
 			}
+			_, m, err := PlatformManifests(ctx, buildkit.Resolver(loopback, popts.SkipTLSVerify, buildkit.Credentials()), repo, digest.Digest(r.Digest))
+			if err != nil {
+				return nil, spreadPushErr(err, registry)
+			}
+			manifests = append(manifests, m...)
 		}
 		index, err := inOrder(manifests, img.PlatformIDs())
 		if err != nil {
@@ -107,7 +119,7 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 		results = append(results, result)
 	}
 	for i, img := range p.Images {
-		for _, tag := range tagsOf(reads[0].Stamp.Version, popts.Latest) {
+		for _, tag := range Tags(version, popts.Latest) {
 			ref := registry + "/" + p.Repository + "/" + img.Name + ":" + tag
 			w, err := pusher(ref)
 			if err == nil {

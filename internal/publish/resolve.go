@@ -63,14 +63,14 @@ func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts
 	for _, img := range cfg.Images {
 		names = append(names, img.Name)
 	}
-	if err := checkPinnable(cfg.Repository, names, inputs, "-f", ropts.From); err != nil {
+	if err := CheckPinnable(cfg.Repository, names, inputs, "-f", ropts.From); err != nil {
 		return nil, err
 	}
 	results, err := Push(ctx, opts, popts)
 	if err != nil {
 		return nil, err
 	}
-	pinned, counts, err := pin(inputs, pushedImages(cfg.Repository, results), "-f", ropts.From)
+	pinned, counts, err := Pin(inputs, PushedImages(cfg.Repository, results), "-f", ropts.From)
 	if err != nil {
 		return nil, err
 	}
@@ -81,14 +81,14 @@ func Resolve(ctx context.Context, opts session.Options, popts PushOptions, ropts
 	defer os.RemoveAll(tmp)
 	out := &Resolved{Images: results}
 	for i, in := range inputs {
-		dest := filepath.Join(tmp, in.rel)
+		dest := filepath.Join(tmp, in.Rel)
 		if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 			return nil, err
 		}
 		if err := os.WriteFile(dest, pinned[i], 0o644); err != nil {
 			return nil, err
 		}
-		out.Files = append(out.Files, ResolvedFile{Path: filepath.Join(ropts.Out, in.rel), References: counts[i]})
+		out.Files = append(out.Files, ResolvedFile{Path: filepath.Join(ropts.Out, in.Rel), References: counts[i]})
 	}
 	if err := atomicfile.Replace(tmp, ropts.Out); err != nil {
 		return nil, err
@@ -120,7 +120,7 @@ func within(dir, path string) bool {
 }
 
 // manifestFiles reads the file, or the YAML files under the folder.
-func manifestFiles(from string) ([]manifestFile, error) {
+func manifestFiles(from string) ([]ManifestFile, error) {
 	if from == "" {
 		return nil, fmt.Errorf("-f: missing; give a YAML file or a folder of them (Kubernetes manifests, Helm values)")
 	}
@@ -133,9 +133,9 @@ func manifestFiles(from string) ([]manifestFile, error) {
 		if err != nil {
 			return nil, fmt.Errorf("-f: %w", err)
 		}
-		return []manifestFile{{from, filepath.Base(from), data}}, nil
+		return []ManifestFile{{from, filepath.Base(from), data}}, nil
 	}
-	var files []manifestFile
+	var files []ManifestFile
 	err = filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -148,7 +148,7 @@ func manifestFiles(from string) ([]manifestFile, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(from, p)
-		files = append(files, manifestFile{p, rel, data})
+		files = append(files, ManifestFile{p, rel, data})
 		return nil
 	})
 	if err != nil {

@@ -136,7 +136,8 @@ func Split(opts session.Options, p *plan.Plan, hosts []string) ([]Share, error) 
 		{"-cacheto", "cache.to", cmp.Or(opts.CacheTo, p.Cache.To)},
 		{"-gocacheto", "cache.gocacheTo", cmp.Or(opts.GoCacheTo, p.Cache.GoCacheTo)},
 	} {
-		if c.value != "" {
+		// An isolated release exports none (session.Options.Release).
+		if c.value != "" && (!opts.Release || opts.TrustCaches) {
 			return nil, fmt.Errorf("%s names %d daemons, and a build spread over several exports no cache yet (each daemon's would replace the others'): leave %s and %s unset, or name one daemon", buildkit.HostEnv, len(hosts), c.flag, c.field)
 		}
 	}

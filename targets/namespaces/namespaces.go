@@ -22,6 +22,7 @@ import (
 	"github.com/kiln-build/kiln/internal/cli"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/release"
 	"github.com/kiln-build/kiln/internal/verify"
 )
 
@@ -223,7 +224,7 @@ type Release mg.Namespace
 //	-skiptlsverify          as for images:push
 //	-progress               as for images
 func (Release) Verify(ctx context.Context, version string, registry *string, key *string, assets *string, platforms *string, skiptlsverify *bool, progress *string) error {
-	out, err := publish.VerifyRelease(ctx, cli.Options(platforms, nil, progress), publish.VerifyReleaseOptions{
+	out, err := release.VerifyRelease(ctx, cli.Options(platforms, nil, progress), release.VerifyReleaseOptions{
 		PushOptions: publish.PushOptions{Registry: cli.Str(registry), SkipTLSVerify: cli.Bool(skiptlsverify)},
 		Version:     version, PublicKey: cli.Str(key), Assets: cli.Str(assets),
 	})

@@ -236,7 +236,7 @@ func Connect(ctx context.Context, repoRoot string) (*buildkit.Daemon, error) {
 func ConnectTo(ctx context.Context, repoRoot, addr string) (*buildkit.Daemon, error) {
 	switch hosts := buildkit.Hosts(addr); {
 	case len(hosts) > 1:
-		return nil, fmt.Errorf("%s=%s names %d daemons; only images, images:push and images:resolve spread a build over several so far: name one daemon for this target", buildkit.HostEnv, addr, len(hosts))
+		return nil, fmt.Errorf("%s=%s names %d daemons; only images, images:push, images:resolve and release spread a build over several so far: name one daemon for this target", buildkit.HostEnv, addr, len(hosts))
 	case len(hosts) == 0 && addr != "":
 		return nil, fmt.Errorf("%s=%q names no daemon; give its address, e.g. tcp://HOST:1234, or unset it for the managed one", buildkit.HostEnv, addr)
 	case len(hosts) == 1:

@@ -1,4 +1,4 @@
-package publish
+package release
 
 import (
 	"context"
@@ -18,14 +18,16 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
+	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
+	"github.com/kiln-build/kiln/internal/spread"
 	"github.com/kiln-build/kiln/internal/yamlref"
 )
 
 // ReleaseOptions control `mage release`.
 type ReleaseOptions struct {
-	PushOptions
+	publish.PushOptions
 	// DryRun resolves and prints what would be published, building nothing.
 	DryRun bool
 	// Force releases a tree with uncommitted changes (stamped dirty).
@@ -43,14 +45,23 @@ type ReleaseSummary struct {
 	TreeState string `json:"treeState"`
 	DryRun    bool   `json:"dryRun"`
 	// Caches is "isolated" (no shared cache read or written) or "trusted".
-	Caches    string       `json:"caches"`
-	Images    []PushResult `json:"images"`
-	Platforms []string     `json:"platforms"`
+	Caches    string          `json:"caches"`
+	Images    []ReleasedImage `json:"images"`
+	Platforms []string        `json:"platforms"`
 	// AssetsDir is empty when release.assets and release.manifests name
 	// none.
 	AssetsDir string             `json:"assetsDir,omitempty"`
 	Assets    []image.Asset      `json:"assets"`
 	Manifests []ReleasedManifest `json:"manifests,omitempty"`
+}
+
+// ReleasedManifest is a YAML file of release.manifests as a release
+// asset: Name in the assets folder, from Source in the repository.
+type ReleasedManifest struct {
+	Name       string `json:"name"`
+	Source     string `json:"source"`
+	References int    `json:"references"`
+	SHA256     string `json:"sha256,omitempty"`
 }
 
 // Release stamps the build (version, commit, tree state), pushes every
@@ -92,7 +103,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	manifests, err := readManifests(p.Root, p.Release.ManifestFiles)
+	manifests, err := publish.ReadManifests(p.Root, p.Release.ManifestFiles)
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +128,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 		for _, img := range p.Images {
 			names = append(names, img.Name)
 		}
-		if err := checkPinnable(p.Repository, names, manifests, "release.manifests", strings.Join(p.Release.Manifests, ", ")); err != nil {
+		if err := publish.CheckPinnable(p.Repository, names, manifests, "release.manifests", strings.Join(p.Release.Manifests, ", ")); err != nil {
 			return nil, err
 		}
 		for _, m := range p.Release.ManifestFiles {
@@ -132,7 +143,7 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 		tags = append(tags, "latest")
 	}
 	for _, img := range p.Images {
-		r := PushResult{Name: img.Name}
+		r := ReleasedImage{PushResult: publish.PushResult{Name: img.Name}}
 		for _, tag := range tags {
 			r.Refs = append(r.Refs, fmt.Sprintf("%s/%s/%s:%s", registry, p.Repository, img.Name, tag))
 		}
@@ -146,33 +157,34 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	s, err := prepared.Start(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
 	// The binaries are compiled first, so a release that cannot build one
 	// pushes nothing; the folder appears once the release is signed.
-	work := sum.AssetsDir + ".work"
+	work := ""
 	if sum.AssetsDir != "" {
-		if _, err := exportAssets(ctx, s, sum.Assets, work); err != nil {
-			return nil, err
-		}
+		work = sum.AssetsDir + ".work"
 		defer os.RemoveAll(work)
 	}
-	// Read back: signing reads the registry with kiln's client anyway.
-	pushed, err := push(ctx, s, registry, ropts.SkipTLSVerify, tagsOf(s.Plan.Stamp.Version, ropts.Latest), true)
+	var b *built
+	if hosts := spread.Daemons(opts); len(hosts) > 1 {
+		b, err = buildSpread(ctx, opts, ropts, p, sum.Assets, work, registry, hosts)
+	} else {
+		b, err = buildOnDaemon(ctx, prepared, opts, ropts, sum.Assets, work, registry)
+	}
 	if err != nil {
 		return nil, err
 	}
-	sum.Images = pushed
+	defer os.RemoveAll(b.tmp)
+	sum.Images = nil
+	for _, r := range b.pushed {
+		sum.Images = append(sum.Images, ReleasedImage{PushResult: r})
+	}
 	_, loopback, _ := buildkit.RegistryHost(registry)
 	resolver := buildkit.Resolver(loopback, ropts.SkipTLSVerify, buildkit.Credentials())
-	if err := attestRelease(ctx, s, signer, resolver, registry, caches, pushed); err != nil {
+	if err := attestRelease(ctx, b, signer, resolver, registry, caches, sum.Images); err != nil {
 		return nil, fmt.Errorf("sign the release in %s: %w", registry, err)
 	}
 	if sum.AssetsDir != "" {
-		if err := finishAssets(work, sum, manifests, pushedImages(p.Repository, pushed), signer); err != nil {
+		if err := finishAssets(work, sum, manifests, publish.PushedImages(p.Repository, b.pushed), signer); err != nil {
 			return nil, err
 		}
 	}
@@ -183,23 +195,23 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 // the binaries in work, then SHA256SUMS of them all and its signature
 // (SHA256SUMS.sig, for cosign verify-blob), and puts work in place: the
 // folder appears whole or not at all.
-func finishAssets(work string, sum *ReleaseSummary, manifests []manifestFile, images map[string]yamlref.Pushed, signer *sign.Signer) error {
+func finishAssets(work string, sum *ReleaseSummary, manifests []publish.ManifestFile, images map[string]yamlref.Pushed, signer *sign.Signer) error {
 	shas := map[string]string{}
 	for _, a := range sum.Assets {
 		shas[a.Name] = a.SHA256
 	}
 	if len(manifests) > 0 {
-		pinned, counts, err := pin(manifests, images, "release.manifests", "")
+		pinned, counts, err := publish.Pin(manifests, images, "release.manifests", "")
 		if err != nil {
 			return err
 		}
 		for i, m := range manifests {
-			if err := os.WriteFile(filepath.Join(work, m.rel), pinned[i], 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(work, m.Rel), pinned[i], 0o644); err != nil {
 				return err
 			}
 			h := sha256.Sum256(pinned[i])
 			sum.Manifests[i].References, sum.Manifests[i].SHA256 = counts[i], hex.EncodeToString(h[:])
-			shas[m.rel] = sum.Manifests[i].SHA256
+			shas[m.Rel] = sum.Manifests[i].SHA256
 		}
 	}
 	sums := sumsFile(shas)

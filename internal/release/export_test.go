@@ -1,4 +1,4 @@
-package publish
+package release
 
 // WarmRebuilds makes release:verify rebuild on the daemon's caches until
 // restore is called: the same images, without the cold compile of an

@@ -1,4 +1,4 @@
-package publish
+package release
 
 import (
 	"crypto/sha256"
@@ -11,7 +11,9 @@ import (
 	"testing"
 
 	"github.com/kiln-build/kiln/internal/config"
+	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/sign"
+	"github.com/kiln-build/kiln/internal/spread"
 )
 
 // TestCheckAssets: release:verify accepts the assets a release wrote and
@@ -146,4 +148,27 @@ func keyPair(t *testing.T, dir, name string) (*sign.Signer, *sign.Verifier) {
 		t.Fatal(err)
 	}
 	return signer, verifier
+}
+
+func TestDealAssets(t *testing.T) {
+	shares := []spread.Share{{Host: "a", Platforms: []string{"linux/amd64", "linux/arm/v7"}}, {Host: "b", Platforms: []string{"linux/arm64"}}}
+	assets := []image.Asset{
+		{Name: "antctl-linux-arm", Platform: "linux/arm/v7"},
+		{Name: "antctl-windows.exe", Platform: "windows/amd64"},
+		{Name: "antctl-darwin", Platform: "darwin/arm64"},
+		{Name: "antctl-linux-arm64", Platform: "linux/arm64"},
+		{Name: "antrea-cni-windows.exe", Platform: "windows/amd64"},
+	}
+	var got []string
+	for i, d := range dealAssets(assets, shares) {
+		for _, a := range d {
+			got = append(got, shares[i].Host+" "+a.Name)
+		}
+	}
+	// Each to the share of its platform; the platforms no share has to the
+	// least loaded, both Windows assets together.
+	want := []string{"a antctl-linux-arm", "a antctl-darwin", "b antctl-windows.exe", "b antctl-linux-arm64", "b antrea-cni-windows.exe"}
+	if !slices.Equal(got, want) {
+		t.Errorf("dealt %v, want %v", got, want)
+	}
 }

@@ -1,4 +1,4 @@
-package publish
+package release
 
 import (
 	"context"
@@ -22,6 +22,7 @@ import (
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
@@ -30,7 +31,7 @@ import (
 
 // VerifyReleaseOptions say which release to check and with which key.
 type VerifyReleaseOptions struct {
-	PushOptions
+	publish.PushOptions
 	// Version is the released version: a git tag of this repository.
 	Version string
 	// PublicKey is the cosign.pub (or env://VAR) to check signatures with; kiln.yaml's
@@ -379,7 +380,7 @@ func checkManifests(root string, files []config.ManifestFile, repository string,
 	if len(files) == 0 {
 		return nil, nil
 	}
-	manifests, err := readManifests(root, files)
+	manifests, err := publish.ReadManifests(root, files)
 	if err != nil {
 		return nil, []string{err.Error()}
 	}
@@ -388,21 +389,21 @@ func checkManifests(root string, files []config.ManifestFile, repository string,
 		i := strings.LastIndex(img.Ref, ":")
 		published[repository+"/"+img.Name] = yamlref.Pushed{Name: img.Ref[:i], Tag: img.Ref[i+1:], Digest: img.Digest}
 	}
-	pinned, _, err := pin(manifests, published, "release.manifests", "")
+	pinned, _, err := publish.Pin(manifests, published, "release.manifests", "")
 	if err != nil {
 		return nil, []string{err.Error()}
 	}
 	for i, m := range manifests {
-		listed, ok := sums[m.rel]
+		listed, ok := sums[m.Rel]
 		if !ok {
 			continue // checkAssets said why
 		}
 		h := sha256.Sum256(pinned[i])
 		if got := hex.EncodeToString(h[:]); got != listed {
-			problems = append(problems, fmt.Sprintf("%s: SHA256SUMS says %s; the tag's %s pinned to the images the registry serves is %s", m.rel, listed, m.path, got))
+			problems = append(problems, fmt.Sprintf("%s: SHA256SUMS says %s; the tag's %s pinned to the images the registry serves is %s", m.Rel, listed, m.Path, got))
 			continue
 		}
-		compared = append(compared, m.rel)
+		compared = append(compared, m.Rel)
 	}
 	return compared, problems
 }
@@ -445,7 +446,7 @@ func checkPublished(ctx context.Context, resolver remotes.Resolver, verifier *si
 	} else {
 		vi.Signatures++
 	}
-	_, manifests, err := platformManifests(ctx, resolver, repo, desc.Digest)
+	_, manifests, err := publish.PlatformManifests(ctx, resolver, repo, desc.Digest)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package publish_test
+package release_test
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +24,7 @@ import (
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/publish"
+	"github.com/kiln-build/kiln/internal/release"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 	"github.com/kiln-build/kiln/internal/testdaemon"
@@ -94,13 +96,13 @@ func TestRelease(t *testing.T) {
 	t.Setenv(sign.PasswordEnv, "release-pass")
 	out := t.TempDir()
 	opts := session.Options{Root: root, Progress: "quiet", OutDir: out}
-	ropts := publish.ReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}}
+	ropts := release.ReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}}
 	assetsDir := filepath.Join(out, "release", version)
 
 	t.Run("dry run publishes nothing", func(t *testing.T) {
 		dry := ropts
 		dry.DryRun = true
-		sum, err := publish.Release(ctx, opts, dry)
+		sum, err := release.Release(ctx, opts, dry)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,19 +123,19 @@ func TestRelease(t *testing.T) {
 		testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\nuncommitted\n")
 		o := opts
 		o.Root = tree
-		if _, err := publish.Release(ctx, o, ropts); err == nil || !strings.Contains(err.Error(), "uncommitted") {
+		if _, err := release.Release(ctx, o, ropts); err == nil || !strings.Contains(err.Error(), "uncommitted") {
 			t.Errorf("a dirty release: %v", err)
 		}
 	})
 
 	t.Run("no key or a wrong password refuses, writing nothing", func(t *testing.T) {
 		t.Setenv(sign.KeyEnv, "")
-		if _, err := publish.Release(ctx, opts, ropts); err == nil || !strings.Contains(err.Error(), sign.KeyEnv) {
+		if _, err := release.Release(ctx, opts, ropts); err == nil || !strings.Contains(err.Error(), sign.KeyEnv) {
 			t.Errorf("a release without a key: %v", err)
 		}
 		t.Setenv(sign.KeyEnv, filepath.Join(keys, "cosign.key"))
 		t.Setenv(sign.PasswordEnv, "not-the-password")
-		_, err := publish.Release(ctx, opts, ropts)
+		_, err := release.Release(ctx, opts, ropts)
 		if err == nil || !strings.Contains(err.Error(), "cosign.key") || strings.Contains(err.Error(), "not-the-password") {
 			t.Errorf("a release with a wrong key password: %v", err)
 		}
@@ -145,7 +147,7 @@ func TestRelease(t *testing.T) {
 		}
 	})
 
-	first, err := publish.Release(ctx, opts, ropts)
+	first, err := release.Release(ctx, opts, ropts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -309,12 +311,69 @@ func TestRelease(t *testing.T) {
 			if err != nil {
 				t.Fatalf("cosign verify-attestation --type spdxjson %s: %v\n%s", ref, err, out)
 			}
-			checkSBOMs(t, ctx, img, statements(t, out))
+			checkSBOMs(t, ctx, img.PushResult, statements(t, out))
+		}
+	})
+
+	t.Run("spread over two daemons it is the same release", func(t *testing.T) {
+		// The shared daemon and a fresh one: linux/amd64 and the Windows
+		// assets on the first, linux/arm/v7 on the second, each isolated.
+		other := testdaemon.Buildkit(t)
+		t.Setenv(buildkit.HostEnv, d.Address+","+other.Address)
+		reg2 := testdaemon.StartRegistry(t)
+		o := opts
+		o.OutDir = t.TempDir()
+		r := ropts
+		r.Registry = reg2.Addr
+		spread, err := release.Release(ctx, o, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, img := range spread.Images {
+			one := first.Images[i]
+			if img.Digest != one.Digest || !slices.Equal(img.Platforms, one.Platforms) || len(img.Attached) != len(one.Attached) {
+				t.Errorf("%s spread: %s %v, %d attached; on one daemon: %s %v, %d attached", img.Name, img.Digest, img.Platforms, len(img.Attached), one.Digest, one.Platforms, len(one.Attached))
+			}
+			if dgst, _, _, err := reg2.Manifest("antrea/"+img.Name, version); err != nil || dgst != one.Digest {
+				t.Errorf("%s: the tag %s names %s (%v), want %s", img.Name, version, dgst, err, one.Digest)
+			}
+			// The attestations say what one daemon's say, but for the
+			// registry's name in the subjects.
+			repo := "/antrea/" + img.Name
+			verifier := mustVerifier(t, pub)
+			want := openAttestations(t, ctx, verifier, reg.Addr+repo, one.Digest)
+			got := openAttestations(t, ctx, verifier, reg2.Addr+repo, img.Digest)
+			if len(want) != 1+len(one.Platforms) || len(got) != len(want) {
+				t.Fatalf("%s: %d attestations spread, %d on one daemon", img.Name, len(got), len(want))
+			}
+			for j := range want {
+				if g := bytes.ReplaceAll(got[j], []byte(reg2.Addr), []byte(reg.Addr)); !bytes.Equal(g, want[j]) {
+					t.Errorf("%s: attestation %d spread:\n%s\non one daemon:\n%s", img.Name, j, g, want[j])
+				}
+			}
+			if out, err := cosign(t, "verify-attestation", "--key", pub, "--insecure-ignore-tlog", "--type", "slsaprovenance1", img.Refs[0]); err != nil {
+				t.Errorf("cosign verify-attestation %s: %v\n%s", img.Refs[0], err, out)
+			}
+		}
+		for i, a := range spread.Assets {
+			if a.Name != first.Assets[i].Name || a.SHA256 != first.Assets[i].SHA256 {
+				t.Errorf("asset %s spread: %s; on one daemon: %s %s", a.Name, a.SHA256, first.Assets[i].Name, first.Assets[i].SHA256)
+			}
+			if data, err := os.ReadFile(filepath.Join(spread.AssetsDir, a.Name)); err != nil || fmt.Sprintf("%x", sha256.Sum256(data)) != a.SHA256 {
+				t.Errorf("asset %s: %v", a.Name, err)
+			}
+		}
+		blob := []string{"verify-blob", "--insecure-ignore-tlog", "--key", pub, "--signature", filepath.Join(spread.AssetsDir, "SHA256SUMS.sig"), filepath.Join(spread.AssetsDir, "SHA256SUMS")}
+		if out, err := cosign(t, blob...); err != nil {
+			t.Errorf("cosign verify-blob of the spread release's SHA256SUMS: %v\n%s", err, out)
+		}
+		if entries, _ := os.ReadDir(o.OutDir); len(entries) != 1 {
+			t.Errorf("the spread release left %v in its output folder, want release/ alone", entries)
 		}
 	})
 
 	resolver := buildkit.Resolver(true, false, buildkit.Credentials())
-	vopts := publish.VerifyReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Version: version, PublicKey: pub}
+	vopts := release.VerifyReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, Version: version, PublicKey: pub}
 	// A rebuild in isolation is a cold compile of each platform it
 	// rebuilds: this one rebuilds linux/arm/v7 alone (cross-compiled, with a
 	// variant) and compares its manifests; the one below rebuilds every
@@ -323,7 +382,7 @@ func TestRelease(t *testing.T) {
 	const isolatedPlatform = "linux/arm/v7"
 	withAssets := vopts
 	withAssets.Assets = first.AssetsDir
-	vo, err := publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet", Platforms: isolatedPlatform}, withAssets)
+	vo, err := release.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet", Platforms: isolatedPlatform}, withAssets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +433,7 @@ func TestRelease(t *testing.T) {
 			t.Errorf("release:verify -platforms=%s ran %s", isolatedPlatform, st.Name)
 		}
 	}
-	if _, err := publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet"}, publish.VerifyReleaseOptions{PushOptions: vopts.PushOptions, Version: "v9.9.9", PublicKey: pub}); err == nil || !strings.Contains(err.Error(), "v9.9.9") {
+	if _, err := release.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet"}, release.VerifyReleaseOptions{PushOptions: vopts.PushOptions, Version: "v9.9.9", PublicKey: pub}); err == nil || !strings.Contains(err.Error(), "v9.9.9") {
 		t.Errorf("release:verify of a version never released: %v", err)
 	}
 
@@ -445,13 +504,13 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet", Platforms: "linux/s390x"}, vopts); err == nil || !strings.Contains(err.Error(), "-platforms: linux/s390x is not a release platform") {
+	if _, err := release.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet", Platforms: "linux/s390x"}, vopts); err == nil || !strings.Contains(err.Error(), "-platforms: linux/s390x is not a release platform") {
 		t.Errorf("release:verify -platforms=linux/s390x: %v", err)
 	}
 	// Every signature is checked and every platform rebuilt, on the
 	// release's warm cache: the indexes are compared.
-	t.Cleanup(publish.WarmRebuilds())
-	vo, err = publish.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet"}, vopts)
+	t.Cleanup(release.WarmRebuilds())
+	vo, err = release.VerifyRelease(ctx, session.Options{Root: root, Progress: "quiet"}, vopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +548,7 @@ func TestRelease(t *testing.T) {
 // modules with `go version -m` of that platform's binaries in the image.
 func checkSBOMs(t *testing.T, ctx context.Context, img publish.PushResult, sts []map[string]json.RawMessage) {
 	t.Helper()
-	layout, err := publish.PullLayout(ctx, buildkit.Resolver(true, false, buildkit.Credentials()), img.Refs[0], digest.Digest(img.Digest))
+	layout, err := release.PullLayout(ctx, buildkit.Resolver(true, false, buildkit.Credentials()), img.Refs[0], digest.Digest(img.Digest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -586,4 +645,31 @@ func suffix(v string) string {
 		return ""
 	}
 	return "/" + v
+}
+
+func mustVerifier(t *testing.T, pub string) *sign.Verifier {
+	t.Helper()
+	v, err := sign.LoadPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// openAttestations are the statements attached to an index, opened.
+func openAttestations(t *testing.T, ctx context.Context, v *sign.Verifier, repo, index string) [][]byte {
+	t.Helper()
+	layers, err := sign.Fetch(ctx, buildkit.Resolver(true, false, buildkit.Credentials()), repo, digest.Digest(index), "att")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [][]byte
+	for _, l := range layers {
+		st, err := v.OpenEnvelope(l.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, st)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package publish
+package release
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/containerd/containerd/v2/core/remotes"
@@ -20,12 +21,12 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/buildkit/export"
 	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/config"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
+	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/sign"
 )
@@ -69,10 +70,19 @@ func loadSigner(p *plan.Plan) (*sign.Signer, error) {
 // inputs (kiln.yaml, the toolchain pin, the commit and tree state, the
 // module files, the bases, whether caches were trusted). It records no
 // times, so a release rebuilt from the same commit attests the same.
-func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []*intoto.ResourceDescriptor) ([]byte, error) {
+//
+// toolchains are those that compiled, beside p.Toolchain: a release spread
+// over daemons of other platforms ran each one's.
+func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []*intoto.ResourceDescriptor, toolchains ...plan.Toolchain) ([]byte, error) {
 	deps := []*intoto.ResourceDescriptor{
 		{Uri: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: map[string]string{"gitCommit": p.Stamp.Commit}},
-		{Uri: image.GoPURL("golang.org/toolchain", p.Toolchain.Module), Digest: map[string]string{"sha256": p.Toolchain.SHA256}},
+	}
+	seen := map[plan.Toolchain]bool{}
+	for _, tc := range append([]plan.Toolchain{p.Toolchain}, toolchains...) {
+		if !seen[tc] {
+			seen[tc] = true
+			deps = append(deps, &intoto.ResourceDescriptor{Uri: image.GoPURL("golang.org/toolchain", tc.Module), Digest: map[string]string{"sha256": tc.SHA256}})
+		}
 	}
 	for _, base := range img.AllBases() {
 		if named, err := reference.ParseNormalizedNamed(base); err == nil {
@@ -144,22 +154,17 @@ func toStruct(v any) (*structpb.Struct, error) {
 // attestRelease signs every pushed image index and platform manifest, and
 // attaches to each a signed provenance and the SBOM of each platform's
 // binaries, read back from the build.
-func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer, resolver remotes.Resolver, registry, caches string, pushed []PushResult) error {
-	p := s.Plan
+func attestRelease(ctx context.Context, b *built, signer *sign.Signer, resolver remotes.Resolver, registry, caches string, pushed []ReleasedImage) error {
+	p := b.plan
 	configData, err := os.ReadFile(filepath.Join(p.Root, config.File))
 	if err != nil {
 		return err
 	}
 	configSum := sha256.Sum256(configData)
-	bins, err := exportImageBinaries(ctx, s)
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(filepath.Dir(bins))
 	for i, img := range p.Images {
 		repo := registry + "/" + p.Repository + "/" + img.Name
 		indexDigest := digest.Digest(pushed[i].Digest)
-		indexDesc, manifests, err := platformManifests(ctx, resolver, repo, indexDigest)
+		indexDesc, manifests, err := publish.PlatformManifests(ctx, resolver, repo, indexDigest)
 		if err != nil {
 			return err
 		}
@@ -167,7 +172,7 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 		for _, m := range manifests {
 			subjects = append(subjects, &intoto.ResourceDescriptor{Name: repo + " " + config.FormatPlatform(*m.Platform), Digest: map[string]string{"sha256": m.Digest.Encoded()}})
 		}
-		prov, err := Provenance(p, img, hex.EncodeToString(configSum[:]), caches, subjects)
+		prov, err := Provenance(p, img, hex.EncodeToString(configSum[:]), caches, subjects, b.toolchains...)
 		if err != nil {
 			return err
 		}
@@ -176,12 +181,12 @@ func attestRelease(ctx context.Context, s *session.Session, signer *sign.Signer,
 		for j, m := range manifests {
 			platform := config.FormatPlatform(*m.Platform)
 			binaries := map[string][]byte{}
-			for _, b := range img.Binaries {
-				data, err := os.ReadFile(filepath.Join(bins, strings.ReplaceAll(platform, "/", "-"), b))
+			for _, bin := range img.Binaries {
+				data, err := os.ReadFile(filepath.Join(b.bins[platform], bin))
 				if err != nil {
 					return fmt.Errorf("SBOM of %s %s: %w", img.Name, platform, err)
 				}
-				binaries[b] = data
+				binaries[bin] = data
 			}
 			doc, err := image.SBOM(img.Name, platform, p.Stamp.Version, p.Created(), binaries)
 			if err != nil {
@@ -274,6 +279,13 @@ type statement struct {
 	predicateType string
 }
 
+// ReleasedImage is a pushed image with what the release attached to it:
+// the signatures and attestations of its index and each platform manifest.
+type ReleasedImage struct {
+	publish.PushResult
+	Attached []Attached `json:"attached,omitempty"`
+}
+
 // Attached is a signature or attestation manifest a release attached to
 // an image: the signature when it carries no predicate types (or
 // sign.SignPredicateType alone, in the referrers layout).
@@ -284,58 +296,28 @@ type Attached struct {
 	PredicateTypes []string `json:"predicateTypes,omitempty"`
 }
 
-// platformManifests are the platform manifests of a pushed index.
-func platformManifests(ctx context.Context, resolver remotes.Resolver, repo string, index digest.Digest) (ocispec.Descriptor, []ocispec.Descriptor, error) {
-	ref := repo + "@" + index.String()
-	_, desc, err := resolver.Resolve(ctx, ref)
-	if err != nil {
-		return desc, nil, fmt.Errorf("read back %s: %w", ref, err)
-	}
-	f, err := resolver.Fetcher(ctx, ref)
-	if err != nil {
-		return desc, nil, err
-	}
-	data, err := buildkit.ReadBlob(ctx, f, desc, 4<<20)
-	if err != nil {
-		return desc, nil, fmt.Errorf("read back %s: %w", ref, err)
-	}
-	var idx ocispec.Index
-	if err := json.Unmarshal(data, &idx); err != nil {
-		return desc, nil, fmt.Errorf("read back %s: not an index: %w", ref, err)
-	}
-	var out []ocispec.Descriptor
-	for _, m := range idx.Manifests {
-		if m.Platform != nil && m.Platform.OS != "unknown" {
-			out = append(out, m)
-		}
-	}
-	return desc, out, nil
-}
-
 // exportImageBinaries writes every image's binaries for each of its
-// platforms under <dir>/<os-arch[-variant]>/; the states are the images'
-// own, so BuildKit answers from its cache.
-func exportImageBinaries(ctx context.Context, s *session.Session) (string, error) {
-	dir, err := os.MkdirTemp("", "kiln-sbom-")
-	if err != nil {
-		return "", err
-	}
+// platforms into dir, a new folder, one folder for each platform, and
+// returns them by platform; the states are the images' own, so BuildKit
+// answers from its cache.
+func exportImageBinaries(ctx context.Context, s *session.Session, dir string) (map[string]string, error) {
 	var files []export.FileCopy
-	seen := map[string]bool{}
+	bins := map[string]string{}
 	for _, img := range s.Plan.Images {
 		for _, target := range img.Targets {
+			platform := config.FormatPlatform(target)
+			sub := strings.ReplaceAll(platform, "/", "-")
+			bins[platform] = filepath.Join(dir, sub)
 			for _, b := range img.Binaries {
-				dest := "/" + strings.ReplaceAll(config.FormatPlatform(target), "/", "-") + "/" + b
-				if !seen[dest] {
-					seen[dest] = true
+				dest := "/" + sub + "/" + b
+				if !slices.ContainsFunc(files, func(f export.FileCopy) bool { return f.Dest == dest }) {
 					files = append(files, export.FileCopy{From: s.Binary(b, target), Src: "/" + b, Dest: dest})
 				}
 			}
 		}
 	}
-	if _, _, err := s.ExportFiles(ctx, "SBOM binaries", files, filepath.Join(dir, "bin"), nil); err != nil {
-		os.RemoveAll(dir)
-		return "", err
+	if _, _, err := s.ExportFiles(ctx, "SBOM binaries", files, dir, nil); err != nil {
+		return nil, err
 	}
-	return filepath.Join(dir, "bin"), nil
+	return bins, nil
 }
