@@ -61,7 +61,8 @@ import (
 // no cache).
 //
 //	-retryelsewhere                      with several daemons, rebuild the platforms of
-//	                                     one that fails on one that finished
+//	                                     one that fails on one that finished (not when
+//	                                     a step failed: a compile error fails anywhere)
 func Images(ctx context.Context, platforms *string, stamp *bool, progress *string, images *string, explain *bool, cacheto *string, cachefrom *string, gocacheto *string, gocachefrom *string, rebuild *bool, metadata *string, retryelsewhere *bool) error {
 	o := cli.Options(platforms, stamp, progress)
 	o.Images, o.Rebuild, o.RetryElsewhere = cli.List(images), cli.Bool(rebuild), cli.Bool(retryelsewhere)

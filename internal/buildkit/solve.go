@@ -21,6 +21,7 @@ import (
 	"github.com/moby/buildkit/client/llb"
 	"github.com/moby/buildkit/exporter/containerimage/exptypes"
 	gateway "github.com/moby/buildkit/frontend/gateway/client"
+	gatewaypb "github.com/moby/buildkit/frontend/gateway/pb"
 	"github.com/moby/buildkit/session"
 	"github.com/moby/buildkit/util/progress/progressui"
 	"github.com/opencontainers/go-digest"
@@ -463,9 +464,28 @@ func (d *Daemon) explain(ctx context.Context, err error, logs *vertexLogs, hint 
 		if hint != nil {
 			output += hint(output)
 		}
-		return fmt.Errorf("%s failed:\n%s", name, output)
+		return &StepError{Name: name, Output: output, Err: err}
 	}
 	return err
+}
+
+// StepError is a step of the graph that failed, with its output, and
+// BuildKit's error under it.
+type StepError struct {
+	Name, Output string
+	Err          error
+}
+
+func (e *StepError) Error() string { return fmt.Sprintf("%s failed:\n%s", e.Name, e.Output) }
+
+func (e *StepError) Unwrap() error { return e.Err }
+
+// BuildFailed says err is a step whose process exited non-zero (a compile
+// error): the build's own failure, which another daemon would repeat, not
+// the daemon's.
+func BuildFailed(err error) bool {
+	var exit *gatewaypb.ExitError
+	return errors.As(err, &exit) && exit.ExitCode != 0 && exit.ExitCode != gatewaypb.UnknownExitStatus
 }
 
 // vertexLogs keeps each vertex's name and output, to show a failure's own.

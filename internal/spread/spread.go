@@ -269,7 +269,8 @@ func Daemons(opts session.Options) []string {
 // go on instead, and each failed share is built again on the daemon that
 // finished with the fewest platforms (one given none when none finished),
 // its Host and Options.Daemon changed; Run fails when that fails too, when
-// no daemon is left, or when ctx is cancelled.
+// no daemon is left, or when ctx is cancelled. A share that failed because
+// a step did (buildkit.BuildFailed: a compile error) is not retried.
 func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build func(ctx context.Context, i int, sh Share) error) error {
 	try := func(ctx context.Context, i int, sh Share) error {
 		if err := build(ctx, i, sh); err != nil {
@@ -312,6 +313,9 @@ func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build 
 	for i, sh := range shares {
 		if errs[i] == nil {
 			continue
+		}
+		if buildkit.BuildFailed(errs[i]) {
+			return fmt.Errorf("%w (a step failed, as it would on any daemon: not retried)", errs[i])
 		}
 		host := ""
 		for _, h := range hosts {

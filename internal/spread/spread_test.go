@@ -159,8 +159,26 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		if _, err := spread.Images(ctx, retry); err == nil || !strings.Contains(err.Error(), "no daemon finished") {
 			t.Errorf("a retried build where every daemon failed: %v", err)
 		}
-		// Two daemons exporting one layer cache would overwrite each other.
+		// A compile error is the build's, not the daemon's: it fails the
+		// build without a retry. The source breaks linux/arm64 only, so the
+		// daemon building amd64 finishes and could take arm64 over.
+		broken := t.TempDir()
+		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), broken)
+		if err := os.WriteFile(filepath.Join(broken, "cmd", "antrea-controller", "broken_arm64.go"), []byte("package main\n\nvar broken int = \"arm64 only\"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
+		compileErr := retry
+		compileErr.Root, compileErr.OutDir = broken, t.TempDir()
+		logged, logs = withLogs(ctx)
+		_, err = spread.Images(logged, compileErr)
+		if err == nil || !strings.Contains(err.Error(), "not retried") || !strings.Contains(err.Error(), b.Address) || !strings.Contains(err.Error(), "broken_arm64.go") {
+			t.Errorf("a compile error on one daemon with -retryelsewhere: %v", err)
+		}
+		if strings.Contains(logs.String(), "instead (-retryelsewhere)") {
+			t.Errorf("a compile error was retried elsewhere:\n%s", logs.String())
+		}
+		// Two daemons exporting one layer cache would overwrite each other.
 		withCache := opts
 		withCache.CacheTo = "type=local,dest=" + t.TempDir()
 		if _, err := spread.Images(ctx, withCache); err == nil || !strings.Contains(err.Error(), "-cacheto") {
