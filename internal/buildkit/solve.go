@@ -480,12 +480,13 @@ func (e *StepError) Error() string { return fmt.Sprintf("%s failed:\n%s", e.Name
 
 func (e *StepError) Unwrap() error { return e.Err }
 
-// BuildFailed says err is a step whose process exited non-zero (a compile
-// error): the build's own failure, which another daemon would repeat, not
-// the daemon's.
+// BuildFailed says err is a step whose process exited with an error of its
+// own (a compile error): the build's failure, which another daemon would
+// repeat. A process killed by a signal (exit status above 128: the
+// daemon's machine out of memory) or whose status is unknown is not.
 func BuildFailed(err error) bool {
 	var exit *gatewaypb.ExitError
-	return errors.As(err, &exit) && exit.ExitCode != 0 && exit.ExitCode != gatewaypb.UnknownExitStatus
+	return errors.As(err, &exit) && exit.ExitCode > 0 && exit.ExitCode <= 128
 }
 
 // vertexLogs keeps each vertex's name and output, to show a failure's own.

@@ -25,6 +25,7 @@ func TestBuildFailed(t *testing.T) {
 		{"a compile error", &StepError{Name: "go build", Err: overWire(&gatewaypb.ExitError{ExitCode: 1, Err: errors.New("process did not complete successfully")})}, true},
 		{"wrapped", fmt.Errorf("antrea-agent: %w", overWire(&gatewaypb.ExitError{ExitCode: 2})), true},
 		{"an unknown exit status", overWire(&gatewaypb.ExitError{ExitCode: gatewaypb.UnknownExitStatus}), false},
+		{"killed (out of memory)", overWire(&gatewaypb.ExitError{ExitCode: 137}), false},
 		{"a daemon gone", status.Error(codes.Unavailable, "connection refused"), false},
 		{"a plain error", errors.New("exit code: 1"), false},
 	} {

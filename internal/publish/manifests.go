@@ -19,7 +19,7 @@ type ManifestFile struct {
 	Data      []byte
 }
 
-// readManifests reads release.manifests' files under root, each as its
+// ReadManifests reads release.manifests' files under root, each as its
 // asset name.
 func ReadManifests(root string, files []config.ManifestFile) ([]ManifestFile, error) {
 	var out []ManifestFile
@@ -33,7 +33,7 @@ func ReadManifests(root string, files []config.ManifestFile) ([]ManifestFile, er
 	return out, nil
 }
 
-// checkPinnable pins every file as it will be once pushed, with a digest
+// CheckPinnable pins every file as it will be once pushed, with a digest
 // still unknown: a file that cannot be pinned fails before anything is
 // built or pushed.
 func CheckPinnable(repository string, images []string, files []ManifestFile, field, from string) error {
@@ -46,7 +46,7 @@ func CheckPinnable(repository string, images []string, files []ManifestFile, fie
 	return err
 }
 
-// pushedImages keys the images pushed by their path (REPO/IMAGE), each
+// PushedImages keys the images pushed by their path (REPO/IMAGE), each
 // with its first reference's repository and tag.
 func PushedImages(repository string, results []PushResult) map[string]yamlref.Pushed {
 	images := map[string]yamlref.Pushed{}
@@ -58,7 +58,7 @@ func PushedImages(repository string, results []PushResult) map[string]yamlref.Pu
 	return images
 }
 
-// pin rewrites each file with the images pushed; it refuses a set of
+// Pin rewrites each file with the images pushed; it refuses a set of
 // files in which no reference was pinned, which is a misspelt name more
 // often than a wish.
 func Pin(files []ManifestFile, images map[string]yamlref.Pushed, field, from string) ([][]byte, []int, error) {

@@ -70,7 +70,7 @@ func Push(ctx context.Context, opts session.Options, popts PushOptions) ([]PushR
 	return PushImages(ctx, s, registry, popts.SkipTLSVerify, Tags(s.Plan.Stamp.Version, popts.Latest), popts.ReadBack)
 }
 
-// tagsOf are the tags a push gives each image.
+// Tags are the tags a push gives each image.
 func Tags(version string, latest bool) []string {
 	if latest {
 		return []string{version, "latest"}
@@ -78,7 +78,7 @@ func Tags(version string, latest bool) []string {
 	return []string{version}
 }
 
-// push builds every image of the session and pushes it under tags, or, with
+// PushImages builds every image of the session and pushes it under tags, or, with
 // no tags, by digest alone (a part of a spread push).
 func PushImages(ctx context.Context, s *session.Session, registry string, skipTLSVerify bool, tags []string, readBack bool) ([]PushResult, error) {
 	s.UseRegistry(registry + "/" + s.Plan.Repository)

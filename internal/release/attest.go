@@ -71,18 +71,18 @@ func loadSigner(p *plan.Plan) (*sign.Signer, error) {
 // module files, the bases, whether caches were trusted). It records no
 // times, so a release rebuilt from the same commit attests the same.
 //
-// toolchains are those that compiled, beside p.Toolchain: a release spread
-// over daemons of other platforms ran each one's.
+// toolchains are those that compiled the image's platforms, p.Toolchain
+// when none are given: a release spread over daemons of several platforms
+// ran each one's; the first is the internal parameter.
 func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subjects []*intoto.ResourceDescriptor, toolchains ...plan.Toolchain) ([]byte, error) {
 	deps := []*intoto.ResourceDescriptor{
 		{Uri: "git+" + p.Source + "@" + p.Stamp.Commit, Digest: map[string]string{"gitCommit": p.Stamp.Commit}},
 	}
-	seen := map[plan.Toolchain]bool{}
-	for _, tc := range append([]plan.Toolchain{p.Toolchain}, toolchains...) {
-		if !seen[tc] {
-			seen[tc] = true
-			deps = append(deps, &intoto.ResourceDescriptor{Uri: image.GoPURL("golang.org/toolchain", tc.Module), Digest: map[string]string{"sha256": tc.SHA256}})
-		}
+	if len(toolchains) == 0 {
+		toolchains = []plan.Toolchain{p.Toolchain}
+	}
+	for _, tc := range toolchains {
+		deps = append(deps, &intoto.ResourceDescriptor{Uri: image.GoPURL("golang.org/toolchain", tc.Module), Digest: map[string]string{"sha256": tc.SHA256}})
 	}
 	for _, base := range img.AllBases() {
 		if named, err := reference.ParseNormalizedNamed(base); err == nil {
@@ -111,7 +111,7 @@ func Provenance(p *plan.Plan, img plan.Image, configSHA256, caches string, subje
 	}
 	internal, err := toStruct(map[string]any{
 		"config":          map[string]string{"path": config.File, "sha256": configSHA256},
-		"toolchain":       p.Toolchain,
+		"toolchain":       toolchains[0],
 		"caches":          caches,
 		"goEnv":           p.GoEnv,
 		"ldflags":         p.Stamp.LDFlags,
@@ -172,7 +172,7 @@ func attestRelease(ctx context.Context, b *built, signer *sign.Signer, resolver 
 		for _, m := range manifests {
 			subjects = append(subjects, &intoto.ResourceDescriptor{Name: repo + " " + config.FormatPlatform(*m.Platform), Digest: map[string]string{"sha256": m.Digest.Encoded()}})
 		}
-		prov, err := Provenance(p, img, hex.EncodeToString(configSum[:]), caches, subjects, b.toolchains...)
+		prov, err := Provenance(p, img, hex.EncodeToString(configSum[:]), caches, subjects, b.toolchains[img.Name]...)
 		if err != nil {
 			return err
 		}

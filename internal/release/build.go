@@ -6,9 +6,12 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 
+	"github.com/kiln-build/kiln/internal/atomicfile"
+	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/image"
 	"github.com/kiln-build/kiln/internal/plan"
 	"github.com/kiln-build/kiln/internal/publish"
@@ -18,11 +21,11 @@ import (
 
 // built is what a release's build leaves for its signing: the images
 // pushed and tagged, read back; each platform's image binaries (for the
-// SBOMs) by platform, under tmp; the plan as the daemon that built it
-// resolved it, and the toolchains that compiled.
+// SBOMs) by platform, under tmp; the plan, and by image the toolchains
+// that compiled its platforms.
 type built struct {
 	plan       *plan.Plan
-	toolchains []plan.Toolchain
+	toolchains map[string][]plan.Toolchain
 	pushed     []publish.PushResult
 	bins       map[string]string
 	tmp        string
@@ -55,16 +58,18 @@ func buildOnDaemon(ctx context.Context, prepared *session.Prepared, opts session
 		os.RemoveAll(tmp)
 		return nil, err
 	}
-	return &built{plan: s.Plan, toolchains: []plan.Toolchain{s.Plan.Toolchain}, pushed: pushed, bins: bins, tmp: tmp}, nil
+	toolchains := map[string][]plan.Toolchain{}
+	for _, img := range s.Plan.Images {
+		toolchains[img.Name] = []plan.Toolchain{s.Plan.Toolchain}
+	}
+	return &built{plan: s.Plan, toolchains: toolchains, pushed: pushed, bins: bins, tmp: tmp}, nil
 }
 
 // binariesDir is a new folder under the output folder for the binaries a
-// release reads back: on the disk the release writes to, not in memory.
+// release reads back: on the disk the release writes to, not in memory;
+// a killed release's is swept by the next.
 func binariesDir(out string) (string, error) {
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return "", err
-	}
-	return os.MkdirTemp(out, ".release-")
+	return atomicfile.Temp(filepath.Join(out, ".release"), true)
 }
 
 // buildSpread builds the release with its platforms spread over several
@@ -77,6 +82,9 @@ func buildSpread(ctx context.Context, opts session.Options, ropts ReleaseOptions
 	shares, err := spread.Split(opts, p, hosts)
 	if err != nil {
 		return nil, err
+	}
+	if len(shares) == 0 {
+		return nil, fmt.Errorf("%s names %d daemons, and the release has no image to spread over them: name one daemon", buildkit.HostEnv, len(hosts))
 	}
 	tmp, err := binariesDir(opts.OutDirFor(p.Root))
 	if err != nil {
@@ -135,15 +143,28 @@ func buildSpread(ctx context.Context, opts session.Options, ropts ReleaseOptions
 	if err := spread.SameTree(reads); err != nil {
 		return nil, err
 	}
-	b := &built{plan: parts[0].plan, bins: map[string]string{}, tmp: tmp}
+	// The checks before the build (a dirty tree, the version) read p.
+	if s := reads[0].Stamp; !reflect.DeepEqual(s, p.Stamp) {
+		return nil, fmt.Errorf("the daemons were sent %s %s %s, and the release checked %s %s %s: the tree changed while they built it; release again",
+			s.Version, s.Commit, s.TreeState, p.Stamp.Version, p.Stamp.Commit, p.Stamp.TreeState)
+	}
+	b := &built{plan: p, toolchains: map[string][]plan.Toolchain{}, bins: map[string]string{}, tmp: tmp}
 	var pushed []publish.PushResult
 	if work != "" {
+		os.RemoveAll(work) // a killed release's
+		if err := os.MkdirAll(filepath.Dir(work), 0o755); err != nil {
+			return nil, err
+		}
 		if err := os.Mkdir(work, 0o755); err != nil {
 			return nil, err
 		}
 	}
 	for i, pt := range parts {
-		b.toolchains = append(b.toolchains, pt.plan.Toolchain)
+		for _, img := range pt.plan.Images {
+			if !slices.Contains(b.toolchains[img.Name], pt.plan.Toolchain) {
+				b.toolchains[img.Name] = append(b.toolchains[img.Name], pt.plan.Toolchain)
+			}
+		}
 		pushed = append(pushed, pt.pushed...)
 		maps.Copy(b.bins, pt.bins)
 		for _, a := range pt.assets {

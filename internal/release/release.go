@@ -158,7 +158,9 @@ func Release(ctx context.Context, opts session.Options, ropts ReleaseOptions) (*
 		return nil, err
 	}
 	// The binaries are compiled first, so a release that cannot build one
-	// pushes nothing; the folder appears once the release is signed.
+	// pushes nothing (spread, the other daemons may have pushed their
+	// platforms by digest; no tag moves); the folder appears once the
+	// release is signed.
 	work := ""
 	if sum.AssetsDir != "" {
 		work = sum.AssetsDir + ".work"

@@ -329,6 +329,12 @@ func TestRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(spread.Images) != len(first.Images) || len(spread.Assets) != len(first.Assets) {
+			t.Fatalf("spread: %d images and %d assets; on one daemon: %d and %d", len(spread.Images), len(spread.Assets), len(first.Images), len(first.Assets))
+		}
+		if len(spread.Manifests) != 1 || spread.Manifests[0].References != first.Manifests[0].References {
+			t.Errorf("spread, the manifests: %+v; on one daemon: %+v", spread.Manifests, first.Manifests)
+		}
 		for i, img := range spread.Images {
 			one := first.Images[i]
 			if img.Digest != one.Digest || !slices.Equal(img.Platforms, one.Platforms) || len(img.Attached) != len(one.Attached) {
@@ -345,6 +351,13 @@ func TestRelease(t *testing.T) {
 			got := openAttestations(t, ctx, verifier, reg2.Addr+repo, img.Digest)
 			if len(want) != 1+len(one.Platforms) || len(got) != len(want) {
 				t.Fatalf("%s: %d attestations spread, %d on one daemon", img.Name, len(got), len(want))
+			}
+			for _, m := range one.Platforms {
+				want = append(want, openAttestations(t, ctx, verifier, reg.Addr+repo, m.Digest)...)
+				got = append(got, openAttestations(t, ctx, verifier, reg2.Addr+repo, m.Digest)...)
+			}
+			if len(got) != len(want) || len(want) != 1+3*len(one.Platforms) {
+				t.Fatalf("%s: with the platforms', %d attestations spread, %d on one daemon", img.Name, len(got), len(want))
 			}
 			for j := range want {
 				if g := bytes.ReplaceAll(got[j], []byte(reg2.Addr), []byte(reg.Addr)); !bytes.Equal(g, want[j]) {
@@ -367,7 +380,7 @@ func TestRelease(t *testing.T) {
 		if out, err := cosign(t, blob...); err != nil {
 			t.Errorf("cosign verify-blob of the spread release's SHA256SUMS: %v\n%s", err, out)
 		}
-		if entries, _ := os.ReadDir(o.OutDir); len(entries) != 1 {
+		if entries, _ := os.ReadDir(o.OutDir); len(entries) != 1 || entries[0].Name() != "release" {
 			t.Errorf("the spread release left %v in its output folder, want release/ alone", entries)
 		}
 	})

@@ -3,8 +3,9 @@
 // assembles the graph (package image), solves it and writes the outputs
 // (OCI layouts, binaries), keeping the records that let the next build
 // skip work (no-op, up-to-date outputs, source digests: package uptodate)
-// and the explain record; then it closes. Publishing (package publish) and
-// the verify targets (package verify) build on its Session.
+// and the explain record; then it closes. Publishing (package publish), the
+// release (package release) and the verify targets (package verify) build
+// on its Session.
 package session
 
 import (

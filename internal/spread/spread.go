@@ -310,12 +310,14 @@ func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build 
 	if len(load) == 0 {
 		return fmt.Errorf("no daemon finished, so none could build the others' platforms: %w", errors.Join(errs...))
 	}
+	for _, err := range errs {
+		if buildkit.BuildFailed(err) {
+			return fmt.Errorf("%w (a step failed, as it would on any daemon: not retried)", err)
+		}
+	}
 	for i, sh := range shares {
 		if errs[i] == nil {
 			continue
-		}
-		if buildkit.BuildFailed(errs[i]) {
-			return fmt.Errorf("%w (a step failed, as it would on any daemon: not retried)", errs[i])
 		}
 		host := ""
 		for _, h := range hosts {
