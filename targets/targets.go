@@ -264,8 +264,9 @@ func Size(ctx context.Context, platforms *string, progress *string) error {
 // cache, with and without a Go cache snapshot; the cgo split experiment.
 // Writes _output/bench/{latest.json,report.md,chart.svg}.
 //
-//	-runs=N                        runs of each scenario but the fresh-daemon and cgo
-//	                               ones (default 3; native and kiln take turns)
+//	-runs=N                        runs of each scenario but the fresh-daemon, cgo and
+//	                               side-by-side ones (default 3; native and kiln, or one
+//	                               daemon and the nodes, take turns)
 //	-module=DIR                    bench another module, with -packages=./cmd/a,./cmd/b
 //	-module=modcache:PATH@VERSION  a module copied from the module cache
 //	-vendor                        vendor that copy first (go mod vendor)

@@ -35,7 +35,8 @@ type Options struct {
 	// through Build.Module and Build.Packages.
 	Build session.Options
 	// Runs is how often each scenario runs (default 3), but for the
-	// fresh-daemon ones and the cgo experiment's, which run once. Native
+	// fresh-daemon ones, the cgo experiment's and the daemons side by
+	// side, which run once. Native
 	// and kiln take turns, run by run, in every figure.
 	Runs int
 	// Out is where the reports go; <kiln>/_output/bench by default.

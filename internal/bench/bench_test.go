@@ -304,7 +304,8 @@ func TestDaemonsProjection(t *testing.T) {
 	if p == nil || p.Daemons != 2 || len(p.Nodes) != 2 || p.Nodes[1].Platforms[0] != "linux/arm64" {
 		t.Fatalf("projection: %+v", p)
 	}
-	if p.CriticalPath != max(p.Nodes[0].Wall, p.Nodes[1].Wall) || p.OneDaemon != report.Scenarios[0].Median || p.Ratio != p.CriticalPath.Seconds()/p.OneDaemon.Seconds() || p.SideBySide <= 0 {
+	if p.CriticalPath != max(p.Nodes[0].Wall, p.Nodes[1].Wall) || p.OneDaemon != report.Scenarios[0].Median || p.Ratio != p.CriticalPath.Seconds()/p.OneDaemon.Seconds() || p.SideBySide <= 0 ||
+		len(p.Rounds) != opts.Runs || p.Rounds[0] != p.Ratio {
 		t.Errorf("projection figures do not add up: %+v", p)
 	}
 	md, err := os.ReadFile(filepath.Join(opts.Out, "report.md"))

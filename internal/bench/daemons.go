@@ -34,9 +34,11 @@ type Projection struct {
 	OneDaemon time.Duration   `json:"oneDaemon"`
 	Nodes     []ProjectedNode `json:"nodes"`
 	// CriticalPath is the longest node's wall time, and Ratio it over
-	// OneDaemon: what N machines would take, against one.
+	// OneDaemon: what N machines would take, against one (medians).
+	// Rounds are each round's ratio: its longest node over its one daemon.
 	CriticalPath time.Duration `json:"criticalPath"`
 	Ratio        float64       `json:"ratio"`
+	Rounds       []float64     `json:"rounds"`
 	// SideBySide is the measured wall time of the N daemons building at
 	// once on this machine, competing for its cores.
 	SideBySide time.Duration `json:"sideBySide"`
@@ -83,38 +85,59 @@ func (r *runner) daemons(ctx context.Context) (err error) {
 		return nil
 	}
 
-	r.progress(KilnOneDaemon, 1, 1)
-	one, steps, err := r.kilnPrunedBuild(ctx, true)
-	if err != nil {
-		return err
+	// One daemon and the nodes take turns, round by round; the figures are
+	// the medians, and each round's ratio is kept to show the noise.
+	runs := max(r.opts.Runs, 1)
+	var ones []measure.Sample
+	var oneSteps buildkit.Steps
+	nodes := make([][]measure.Sample, len(shares))
+	nodeSteps := make([]buildkit.Steps, len(shares))
+	for run := 1; run <= runs; run++ {
+		r.progress(KilnOneDaemon, run, runs)
+		one, steps, err := r.kilnPrunedBuild(ctx, true)
+		if err != nil {
+			return err
+		}
+		ones, oneSteps = append(ones, one), steps
+		longest := time.Duration(0)
+		for i, share := range shares {
+			name := nodeName(i, len(shares))
+			r.progress(name, run, runs)
+			if err := r.prune(ctx, true); err != nil {
+				return fmt.Errorf("prune: %w", err)
+			}
+			opts := r.opts.Build
+			opts.Platforms, opts.Rebuild = strings.Join(share, ","), true
+			s, steps, err := r.kilnBuildWith(ctx, opts)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			nodes[i], nodeSteps[i] = append(nodes[i], s), steps
+			longest = max(longest, s.Wall)
+		}
+		proj.Rounds = append(proj.Rounds, longest.Seconds()/one.Wall.Seconds())
 	}
 	sc := Scenario{Name: KilnOneDaemon, Kind: "kiln", Description: "empty BuildKit state, every platform (" + strings.Join(r.plan.PlatformIDs(), ", ") + ") on one daemon"}
-	r.describe(&sc, steps, one.Sent)
-	r.add(sc, []measure.Sample{one})
-	proj.OneDaemon = one.Wall
-
+	r.describe(&sc, oneSteps, ones[len(ones)-1].Sent)
+	r.add(sc, ones)
+	proj.OneDaemon = r.report.Scenarios[len(r.report.Scenarios)-1].Median
 	for i, share := range shares {
-		name := fmt.Sprintf("kiln cold, node %d of %d alone", i+1, len(shares))
-		r.progress(name, 1, 1)
-		if err := r.prune(ctx, true); err != nil {
-			return fmt.Errorf("prune: %w", err)
-		}
-		opts := r.opts.Build
-		opts.Platforms, opts.Rebuild = strings.Join(share, ","), true
-		s, steps, err := r.kilnBuildWith(ctx, opts)
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-		sc := Scenario{Name: name, Kind: "kiln", Baseline: KilnOneDaemon,
+		sc := Scenario{Name: nodeName(i, len(shares)), Kind: "kiln", Baseline: KilnOneDaemon,
 			Description: "empty BuildKit state, " + strings.Join(share, ", ") + " only: this node's share, alone on the machine as on one of its own"}
-		r.describe(&sc, steps, s.Sent)
-		r.add(sc, []measure.Sample{s})
-		busy := time.Duration(-1)
-		if d, ok := s.CPUBy[measure.CPUSteps]; ok {
-			busy = d
+		r.describe(&sc, nodeSteps[i], nodes[i][len(nodes[i])-1].Sent)
+		r.add(sc, nodes[i])
+		var busy []time.Duration
+		for _, s := range nodes[i] {
+			if d, ok := s.CPUBy[measure.CPUSteps]; ok {
+				busy = append(busy, d)
+			}
 		}
-		proj.Nodes = append(proj.Nodes, ProjectedNode{Platforms: share, Wall: s.Wall, Busy: busy})
-		proj.CriticalPath = max(proj.CriticalPath, s.Wall)
+		node := ProjectedNode{Platforms: share, Wall: r.report.Scenarios[len(r.report.Scenarios)-1].Median, Busy: -1}
+		if len(busy) > 0 {
+			node.Busy, _, _ = stats(busy)
+		}
+		proj.Nodes = append(proj.Nodes, node)
+		proj.CriticalPath = max(proj.CriticalPath, node.Wall)
 	}
 	proj.Ratio = proj.CriticalPath.Seconds() / proj.OneDaemon.Seconds()
 
@@ -185,6 +208,9 @@ func (r *runner) sideBySide(ctx context.Context, shares [][]string) (time.Durati
 	return wall, steps, nil
 }
 
+// nodeName names the scenario of node i of n.
+func nodeName(i, n int) string { return fmt.Sprintf("kiln cold, node %d of %d alone", i+1, n) }
+
 // writeProjection is the daemons group's projection, when it ran.
 func writeProjection(w io.Writer, p *Projection) {
 	if p == nil {
@@ -197,6 +223,10 @@ func writeProjection(w io.Writer, p *Projection) {
 	for i, n := range p.Nodes {
 		fmt.Fprintf(w, "| %d | %s | %s | %s |\n", i+1, strings.Join(n.Platforms, ", "), secs(n.Wall), secs(n.Busy))
 	}
-	fmt.Fprintf(w, "\nProjected for %d machines: the critical path (the longest node) is %s, **%.2fx** one daemon's %s. Measured here, the %d daemons side by side on one machine's cores took %s (%.2fx).\n",
-		p.Daemons, secs(p.CriticalPath), p.Ratio, secs(p.OneDaemon), p.Daemons, secs(p.SideBySide), p.SideBySide.Seconds()/p.OneDaemon.Seconds())
+	var rounds []string
+	for _, x := range p.Rounds {
+		rounds = append(rounds, fmt.Sprintf("%.2f", x))
+	}
+	fmt.Fprintf(w, "\nProjected for %d machines: the critical path (the longest node) is %s, **%.2fx** one daemon's %s (medians; round by round %s). Measured here, the %d daemons side by side on one machine's cores took %s (%.2fx).\n",
+		p.Daemons, secs(p.CriticalPath), p.Ratio, secs(p.OneDaemon), strings.Join(rounds, ", "), p.Daemons, secs(p.SideBySide), p.SideBySide.Seconds()/p.OneDaemon.Seconds())
 }

@@ -6,12 +6,14 @@
 package spread
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -128,7 +130,8 @@ type Share struct {
 
 // Split deals the plan's platforms to the daemons (Deal) and returns a
 // share for each daemon given any, whose options build its platforms on
-// it with the others' progress (plain lines, one writer). A spread build
+// it with the others' progress (plain lines, one writer, each line led by
+// its daemon's name: the step numbers of two daemons repeat). A spread build
 // exports no layer cache or Go cache snapshot yet: each daemon's would
 // replace the others'.
 func Split(opts session.Options, p *plan.Plan, hosts []string) ([]Share, error) {
@@ -176,6 +179,9 @@ func Split(opts session.Options, p *plan.Plan, hosts []string) ([]Share, error) 
 		o := opts
 		o.Daemon, o.Platforms, o.Images = hosts[i], strings.Join(platforms, ","), images
 		o.Progress, o.ProgressOut, o.SnapshotTargets = mode, progress, p.PlatformIDs()
+		if mode == "plain" {
+			o.ProgressOut = progress.lines(hosts[i])
+		}
 		shares = append(shares, Share{Host: hosts[i], Platforms: platforms, Options: o})
 	}
 	return shares, nil
@@ -255,6 +261,42 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// lines is a writer whose whole lines reach l led by the daemon's name.
+func (l *lockedWriter) lines(host string) *daemonLines {
+	name := host
+	if u, err := url.Parse(host); err == nil && u.Host != "" {
+		name = u.Host
+	} else if err == nil && u.Path != "" {
+		name = u.Path
+	}
+	return &daemonLines{shared: l, prefix: []byte("[" + name + "] ")}
+}
+
+// daemonLines writes each whole line to the shared writer with the
+// daemon's name before it; a share's solves may write at once.
+type daemonLines struct {
+	mu     sync.Mutex
+	shared *lockedWriter
+	prefix []byte
+	buf    []byte
+}
+
+func (w *daemonLines) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		if _, err := w.shared.Write(append(slices.Clip(w.prefix), w.buf[:i+1]...)); err != nil {
+			return 0, err
+		}
+		w.buf = w.buf[i+1:]
+	}
+}
+
 // Daemons is the daemons a build runs on: Options.Daemon, else
 // BUILDKIT_HOST's list, else none named (the managed local daemon).
 func Daemons(opts session.Options) []string {
@@ -327,6 +369,9 @@ func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build 
 		}
 		log.G(ctx).Warnf("%v; building %s on the daemon at %s instead (-retryelsewhere)", errs[i], strings.Join(sh.Platforms, ", "), host)
 		sh.Host, sh.Options.Daemon = host, host
+		if lines, ok := sh.Options.ProgressOut.(*daemonLines); ok {
+			sh.Options.ProgressOut = lines.shared.lines(host)
+		}
 		if err := try(ctx, i, sh); err != nil {
 			return fmt.Errorf("%w; then, retried elsewhere: %w", errs[i], err)
 		}

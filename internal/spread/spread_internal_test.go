@@ -2,6 +2,7 @@ package spread
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 
@@ -57,5 +58,27 @@ func TestDeal(t *testing.T) {
 		if got := fmt.Sprint(Deal(platforms, tt.hosts, tt.builders)); got != tt.want {
 			t.Errorf("%s: dealt %s, want %s", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestDaemonLines: each daemon's progress reaches the one writer in whole
+// lines, each led by its daemon's name, however the writes were cut.
+func TestDaemonLines(t *testing.T) {
+	var out strings.Builder
+	shared := &lockedWriter{w: &out}
+	a, b := shared.lines("tcp://buildkitd-0.buildkitd:1234"), shared.lines("unix:///run/buildkit/buildkitd.sock")
+	for _, w := range []struct {
+		to   io.Writer
+		text string
+	}{
+		{a, "#1 [linux/amd64] go bu"}, {b, "#1 [linux/arm64] go build\n#2 DO"}, {a, "ild\n"}, {b, "NE 1.2s\n"},
+	} {
+		if n, err := w.to.Write([]byte(w.text)); err != nil || n != len(w.text) {
+			t.Fatalf("wrote %d of %q: %v", n, w.text, err)
+		}
+	}
+	want := "[/run/buildkit/buildkitd.sock] #1 [linux/arm64] go build\n[buildkitd-0.buildkitd:1234] #1 [linux/amd64] go build\n[/run/buildkit/buildkitd.sock] #2 DONE 1.2s\n"
+	if out.String() != want {
+		t.Errorf("the progress lines:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
