@@ -354,7 +354,8 @@ func Bench(ctx context.Context, runs *int, module *string, packages *string, ven
 //
 // With several daemons (BUILDKIT_HOST=A,B,...) each builds and pushes its
 // platforms and their assets; the indexes, signatures and attestations are
-// the ones one daemon's release gives.
+// the ones one daemon's release gives (the provenance lists every
+// toolchain that compiled an image, on daemons of other platforms).
 func Release(ctx context.Context, registry *string, latest *bool, skiptlsverify *bool, dryrun *bool, force *bool, progress *string, trustcaches *bool, metadata *string, retryelsewhere *bool) error {
 	o := cli.Options(nil, nil, progress)
 	r := release.ReleaseOptions{

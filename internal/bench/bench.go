@@ -61,7 +61,8 @@ type Options struct {
 // Groups are the names Options.Only takes, each the scenarios of one
 // figure of the report, with the cold runs they start from.
 // The daemons group runs only when named: it starts daemons of its own
-// and builds every platform cold three times over.
+// and builds every platform cold twice each run (one daemon, the nodes)
+// and once more side by side.
 var Groups = []string{"cold", "noop", "kept", "edits", "fresh", "cgo", "daemons"}
 
 // Scenario is one measured situation.

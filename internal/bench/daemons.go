@@ -87,18 +87,27 @@ func (r *runner) daemons(ctx context.Context) (err error) {
 
 	// One daemon and the nodes take turns, round by round; the figures are
 	// the medians, and each round's ratio is kept to show the noise.
+	// Each scenario is described right after its last run: describe reads
+	// the Go cache the build left.
 	runs := max(r.opts.Runs, 1)
 	var ones []measure.Sample
-	var oneSteps buildkit.Steps
+	oneSc := Scenario{Name: KilnOneDaemon, Kind: "kiln", Description: "empty BuildKit state, every platform (" + strings.Join(r.plan.PlatformIDs(), ", ") + ") on one daemon"}
 	nodes := make([][]measure.Sample, len(shares))
-	nodeSteps := make([]buildkit.Steps, len(shares))
+	nodeScs := make([]Scenario, len(shares))
+	for i, share := range shares {
+		nodeScs[i] = Scenario{Name: nodeName(i, len(shares)), Kind: "kiln", Baseline: KilnOneDaemon,
+			Description: "empty BuildKit state, " + strings.Join(share, ", ") + " only: this node's share, alone on the machine as on one of its own"}
+	}
 	for run := 1; run <= runs; run++ {
 		r.progress(KilnOneDaemon, run, runs)
 		one, steps, err := r.kilnPrunedBuild(ctx, true)
 		if err != nil {
 			return err
 		}
-		ones, oneSteps = append(ones, one), steps
+		ones = append(ones, one)
+		if run == runs {
+			r.describe(&oneSc, steps, one.Sent)
+		}
 		longest := time.Duration(0)
 		for i, share := range shares {
 			name := nodeName(i, len(shares))
@@ -112,20 +121,18 @@ func (r *runner) daemons(ctx context.Context) (err error) {
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			nodes[i], nodeSteps[i] = append(nodes[i], s), steps
+			nodes[i] = append(nodes[i], s)
+			if run == runs {
+				r.describe(&nodeScs[i], steps, s.Sent)
+			}
 			longest = max(longest, s.Wall)
 		}
 		proj.Rounds = append(proj.Rounds, longest.Seconds()/one.Wall.Seconds())
 	}
-	sc := Scenario{Name: KilnOneDaemon, Kind: "kiln", Description: "empty BuildKit state, every platform (" + strings.Join(r.plan.PlatformIDs(), ", ") + ") on one daemon"}
-	r.describe(&sc, oneSteps, ones[len(ones)-1].Sent)
-	r.add(sc, ones)
+	r.add(oneSc, ones)
 	proj.OneDaemon = r.report.Scenarios[len(r.report.Scenarios)-1].Median
 	for i, share := range shares {
-		sc := Scenario{Name: nodeName(i, len(shares)), Kind: "kiln", Baseline: KilnOneDaemon,
-			Description: "empty BuildKit state, " + strings.Join(share, ", ") + " only: this node's share, alone on the machine as on one of its own"}
-		r.describe(&sc, nodeSteps[i], nodes[i][len(nodes[i])-1].Sent)
-		r.add(sc, nodes[i])
+		r.add(nodeScs[i], nodes[i])
 		var busy []time.Duration
 		for _, s := range nodes[i] {
 			if d, ok := s.CPUBy[measure.CPUSteps]; ok {
@@ -147,7 +154,7 @@ func (r *runner) daemons(ctx context.Context) (err error) {
 		return fmt.Errorf("%s: %w", KilnSideBySide, err)
 	}
 	proj.SideBySide = wall
-	sc = Scenario{Name: KilnSideBySide, Kind: "kiln", Baseline: KilnOneDaemon,
+	sc := Scenario{Name: KilnSideBySide, Kind: "kiln", Baseline: KilnOneDaemon,
 		Description: fmt.Sprintf("%d fresh daemons building their shares at once, competing for this machine's cores", len(shares))}
 	r.describe(&sc, steps, nil)
 	sc.GoCache = -1 // on daemons of their own, stopped by now

@@ -482,8 +482,9 @@ func (e *StepError) Unwrap() error { return e.Err }
 
 // BuildFailed says err is a step whose process exited with an error of its
 // own (a compile error): the build's failure, which another daemon would
-// repeat. A process killed by a signal (exit status above 128: the
-// daemon's machine out of memory) or whose status is unknown is not.
+// repeat. The step's process killed by a signal (exit status above 128) or
+// whose status is unknown is not. A compiler the kernel killed for memory
+// counts as the build's: go reports it as its own exit status 1.
 func BuildFailed(err error) bool {
 	var exit *gatewaypb.ExitError
 	return errors.As(err, &exit) && exit.ExitCode > 0 && exit.ExitCode <= 128

@@ -1,6 +1,7 @@
 package release
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -148,7 +149,17 @@ func buildSpread(ctx context.Context, opts session.Options, ropts ReleaseOptions
 		return nil, fmt.Errorf("the daemons were sent %s %s %s, and the release checked %s %s %s: the tree changed while they built it; release again",
 			s.Version, s.Commit, s.TreeState, p.Stamp.Version, p.Stamp.Commit, p.Stamp.TreeState)
 	}
-	b := &built{plan: p, toolchains: map[string][]plan.Toolchain{}, bins: map[string]string{}, tmp: tmp}
+	// The release's plan, with the modules the daemons' plans listed with
+	// the pinned toolchain (as a one-daemon release's session lists them).
+	signing := *p
+	modules := map[string]bool{}
+	for _, pt := range parts {
+		for _, m := range pt.plan.Modules {
+			modules[m] = true
+		}
+	}
+	signing.Modules = slices.Sorted(maps.Keys(modules))
+	b := &built{plan: &signing, toolchains: map[string][]plan.Toolchain{}, bins: map[string]string{}, tmp: tmp}
 	var pushed []publish.PushResult
 	if work != "" {
 		os.RemoveAll(work) // a killed release's
@@ -174,6 +185,13 @@ func buildSpread(ctx context.Context, opts session.Options, ropts ReleaseOptions
 			assets[slices.IndexFunc(assets, func(x image.Asset) bool { return x.Name == a.Name })].SHA256 = a.SHA256
 		}
 	}
+	// In an order the dealing does not change: this machine's platform's
+	// first, as a one-daemon release here records it.
+	for _, tcs := range b.toolchains {
+		slices.SortFunc(tcs, func(a, b plan.Toolchain) int {
+			return cmp.Or(-cmp.Compare(boolInt(a == p.Toolchain), boolInt(b == p.Toolchain)), cmp.Compare(a.Module, b.Module))
+		})
+	}
 	popts := ropts.PushOptions
 	popts.ReadBack = true // signing reads the registry with kiln's client anyway
 	if b.pushed, err = publish.PushIndexes(ctx, p, pushed, reads[0].Stamp.Version, popts, registry); err != nil {
@@ -181,6 +199,13 @@ func buildSpread(ctx context.Context, opts session.Options, ropts ReleaseOptions
 	}
 	ok = true
 	return b, nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // dealAssets gives each share the assets of its platforms, and the assets

@@ -164,7 +164,7 @@ func Split(opts session.Options, p *plan.Plan, hosts []string) ([]Share, error) 
 			built = append(built, id)
 		}
 	}
-	progress := &lockedWriter{w: cmp.Or[io.Writer](opts.ProgressOut, os.Stderr)}
+	progress := &lockedWriter{w: cmp.Or[io.Writer](opts.ProgressOut, os.Stderr), names: names(hosts)}
 	var shares []Share
 	for i, platforms := range Deal(built, hosts, p.Builders) {
 		var images []string
@@ -251,8 +251,9 @@ func SameTree(reads []Read) error {
 // lockedWriter lets the daemons' sessions print progress lines to one
 // writer.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	names map[string]string
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
@@ -263,13 +264,31 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 
 // lines is a writer whose whole lines reach l led by the daemon's name.
 func (l *lockedWriter) lines(host string) *daemonLines {
-	name := host
-	if u, err := url.Parse(host); err == nil && u.Host != "" {
-		name = u.Host
-	} else if err == nil && u.Path != "" {
-		name = u.Path
+	return &daemonLines{shared: l, prefix: []byte("[" + cmp.Or(l.names[host], host) + "] ")}
+}
+
+// names are the daemons' short names: the address's host (a pod's name,
+// host:port) or socket path, or the whole address where two would share
+// one.
+func names(hosts []string) map[string]string {
+	out := map[string]string{}
+	taken := map[string]int{}
+	for _, h := range hosts {
+		name := h
+		if u, err := url.Parse(h); err == nil && u.Host != "" {
+			name = u.Host
+		} else if err == nil && u.Path != "" {
+			name = u.Path
+		}
+		out[h] = name
+		taken[name]++
 	}
-	return &daemonLines{shared: l, prefix: []byte("[" + name + "] ")}
+	for h, name := range out {
+		if taken[name] > 1 {
+			out[h] = h
+		}
+	}
+	return out
 }
 
 // daemonLines writes each whole line to the shared writer with the
@@ -287,13 +306,27 @@ func (w *daemonLines) Write(p []byte) (int, error) {
 	w.buf = append(w.buf, p...)
 	for {
 		i := bytes.IndexByte(w.buf, '\n')
-		if i < 0 {
+		if i < 0 && len(w.buf) < 64<<10 {
 			return len(p), nil
+		}
+		if i < 0 {
+			i = len(w.buf) - 1 // a line that never ends, shown in pieces
 		}
 		if _, err := w.shared.Write(append(slices.Clip(w.prefix), w.buf[:i+1]...)); err != nil {
 			return 0, err
 		}
 		w.buf = w.buf[i+1:]
+	}
+}
+
+// flush writes what is left of an unfinished line: a daemon that went
+// away mid-line.
+func (w *daemonLines) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.shared.Write(append(append(slices.Clip(w.prefix), w.buf...), '\n'))
+		w.buf = nil
 	}
 }
 
@@ -315,7 +348,11 @@ func Daemons(opts session.Options) []string {
 // a step did (buildkit.BuildFailed: a compile error) is not retried.
 func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build func(ctx context.Context, i int, sh Share) error) error {
 	try := func(ctx context.Context, i int, sh Share) error {
-		if err := build(ctx, i, sh); err != nil {
+		err := build(ctx, i, sh)
+		if lines, ok := sh.Options.ProgressOut.(*daemonLines); ok {
+			lines.flush()
+		}
+		if err != nil {
 			return sh.Failed(err)
 		}
 		return nil
@@ -336,6 +373,11 @@ func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build 
 	if err := ctx.Err(); err != nil {
 		return errors.Join(append([]error{err}, errs...)...)
 	}
+	for _, err := range errs {
+		if buildkit.BuildFailed(err) {
+			return fmt.Errorf("%w (a step failed, as it would on any daemon: not retried)", err)
+		}
+	}
 	load := map[string]int{}
 	for i, sh := range shares {
 		if errs[i] == nil {
@@ -351,11 +393,6 @@ func Run(ctx context.Context, shares []Share, hosts []string, retry bool, build 
 	}
 	if len(load) == 0 {
 		return fmt.Errorf("no daemon finished, so none could build the others' platforms: %w", errors.Join(errs...))
-	}
-	for _, err := range errs {
-		if buildkit.BuildFailed(err) {
-			return fmt.Errorf("%w (a step failed, as it would on any daemon: not retried)", err)
-		}
 	}
 	for i, sh := range shares {
 		if errs[i] == nil {

@@ -62,22 +62,26 @@ func TestDeal(t *testing.T) {
 }
 
 // TestDaemonLines: each daemon's progress reaches the one writer in whole
-// lines, each led by its daemon's name, however the writes were cut.
+// lines, each led by its daemon's name, however the writes were cut; what
+// is left of a line is written when the daemon's part ends.
 func TestDaemonLines(t *testing.T) {
 	var out strings.Builder
-	shared := &lockedWriter{w: &out}
-	a, b := shared.lines("tcp://buildkitd-0.buildkitd:1234"), shared.lines("unix:///run/buildkit/buildkitd.sock")
+	hosts := []string{"tcp://buildkitd-0.buildkitd:1234", "unix:///run/buildkit/buildkitd.sock", "ssh://builder/run/a.sock", "ssh://builder/run/b.sock"}
+	shared := &lockedWriter{w: &out, names: names(hosts)}
+	a, b, c := shared.lines(hosts[0]), shared.lines(hosts[1]), shared.lines(hosts[2])
 	for _, w := range []struct {
 		to   io.Writer
 		text string
 	}{
-		{a, "#1 [linux/amd64] go bu"}, {b, "#1 [linux/arm64] go build\n#2 DO"}, {a, "ild\n"}, {b, "NE 1.2s\n"},
+		{a, "#1 [linux/amd64] go bu"}, {b, "#1 [linux/arm64] go build\n#2 DO"}, {a, "ild\n"}, {b, "NE 1.2s\n"}, {c, "#3 [linux/arm/v7] go bu"},
 	} {
 		if n, err := w.to.Write([]byte(w.text)); err != nil || n != len(w.text) {
 			t.Fatalf("wrote %d of %q: %v", n, w.text, err)
 		}
 	}
-	want := "[/run/buildkit/buildkitd.sock] #1 [linux/arm64] go build\n[buildkitd-0.buildkitd:1234] #1 [linux/amd64] go build\n[/run/buildkit/buildkitd.sock] #2 DONE 1.2s\n"
+	c.flush()
+	// Two daemons on one ssh host keep their whole addresses.
+	want := "[/run/buildkit/buildkitd.sock] #1 [linux/arm64] go build\n[buildkitd-0.buildkitd:1234] #1 [linux/amd64] go build\n[/run/buildkit/buildkitd.sock] #2 DONE 1.2s\n[ssh://builder/run/a.sock] #3 [linux/arm/v7] go bu\n"
 	if out.String() != want {
 		t.Errorf("the progress lines:\n%s\nwant:\n%s", out.String(), want)
 	}
