@@ -3,7 +3,6 @@ package publish
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/containerd/containerd/v2/core/remotes"
@@ -44,11 +43,8 @@ func pushSpread(ctx context.Context, opts session.Options, popts PushOptions, re
 		if pushed[i], err = PushImages(ctx, s, registry, popts.SkipTLSVerify, nil, false); err != nil {
 			return err
 		}
-		if !maps.Equal(before, s.SourceDigests()) {
-			return fmt.Errorf("the tree changed while the daemon read it; build again")
-		}
-		reads[i] = spread.Read{Host: sh.Host, Sources: before, Stamp: s.Plan.Stamp}
-		return nil
+		reads[i], err = spread.ReadBy(sh, s, before)
+		return err
 	})
 	if err != nil {
 		return nil, err

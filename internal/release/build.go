@@ -131,12 +131,9 @@ func buildSpread(ctx context.Context, opts session.Options, ropts ReleaseOptions
 		if err != nil {
 			return err
 		}
-		if !maps.Equal(before, s.SourceDigests()) {
-			return fmt.Errorf("the tree changed while the daemon read it; release again")
-		}
 		parts[i] = part{plan: s.Plan, pushed: pushed, bins: bins, assets: mine}
-		reads[i] = spread.Read{Host: sh.Host, Sources: before, Stamp: s.Plan.Stamp}
-		return nil
+		reads[i], err = spread.ReadBy(sh, s, before)
+		return err
 	})
 	if err != nil {
 		return nil, err

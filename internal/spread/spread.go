@@ -226,6 +226,16 @@ type Read struct {
 	Stamp   plan.Stamp
 }
 
+// ReadBy is what a part's session read of the tree once its work is done:
+// before, the source digests it read at the start, which must still be the
+// session's, and its stamp.
+func ReadBy(sh Share, s *session.Session, before map[string]string) (Read, error) {
+	if !maps.Equal(before, s.SourceDigests()) {
+		return Read{}, fmt.Errorf("the tree changed while the daemon read it; build again")
+	}
+	return Read{Host: sh.Host, Sources: before, Stamp: s.Plan.Stamp}, nil
+}
+
 // SameTree refuses parts that read a source file differently, or were
 // stamped differently: the tree changed between the daemons' reads.
 func SameTree(reads []Read) error {
