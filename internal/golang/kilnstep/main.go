@@ -146,7 +146,7 @@ func main() {
 		var side int
 		if side, err = strconv.Atoi(os.Args[5]); err == nil && side > 0 {
 			names := slices.DeleteFunc(strings.Split(os.Args[4], ","), func(n string) bool { return n == "" }) // none: packages only
-			err = gobuild(os.Args[2], os.Args[3], names, withParallelism(os.Args[8:], side, os.Args[6]), side, os.Args[6])
+			err = gobuild(os.Args[2], os.Args[3], names, os.Args[8:], side, os.Args[6])
 		} else {
 			err = fmt.Errorf("gobuild: SIDE %q is not a positive number", os.Args[5])
 		}
@@ -677,7 +677,7 @@ func runWithout(dir string, names []string) error {
 //
 // A go build with nothing kept (a platform's first, or a release's) waits
 // for its turn when it runs beside others (side > 1, tokens in cpus): see
-// coldTurn.
+// coldTurn. Others run go's tools through kilnstep tool (withParallelism).
 func gobuild(keep, out string, names, goArgs []string, side int, cpus string) error {
 	var kept map[string]keptFile
 	if dt, err := os.ReadFile(filepath.Join(keep, keptRecord)); err == nil {
@@ -701,16 +701,22 @@ func gobuild(keep, out string, names, goArgs []string, side int, cpus string) er
 			return err
 		}
 	}
+	// The record of the go command is of its shared form, so that the
+	// first edit after a cold build finds the same command.
+	args := withParallelism(goArgs, side, cpus)
+	run := goRun(args)
 	if survivors == 0 && side > 1 && cpus != "-" {
 		if err := coldTurn(cpus, time.Now().Add(coldWait)); err != nil {
 			return err
 		}
+		// Its turn: no other cold go build runs, so it takes go's own -p,
+		// without kilnstep tool started around each of its compiles.
+		args = goArgs
 	}
 	// A failure from here on leaves the record naming binaries go may have
 	// rewritten: their size or mtime no longer match, so they are not kept.
-	cmd := exec.Command(goArgs[0], goArgs[1:]...)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	run := goRun(goArgs)
 	last, _ := os.ReadFile(filepath.Join(keep, lastRun))
 	if survivors > 0 && string(last) == run && os.Getenv("GOTMPDIR") == "" {
 		// go links into its work folder, then renames the binary into

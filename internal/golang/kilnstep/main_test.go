@@ -666,8 +666,10 @@ func (b *safeBuffer) String() string {
 }
 
 // TestColdGoBuildsTakeTurns: a go build that keeps no binary from an
-// earlier one waits while another cold go build runs beside it; one with
-// binaries kept (an edit) or running alone does not.
+// earlier one waits while another cold go build runs beside it, then runs
+// go with go's own parallelism, no tool wrapped; one with binaries kept
+// (an edit) or running alone does not wait, and an edit beside another
+// build runs its tools through kilnstep tool.
 func TestColdGoBuildsTakeTurns(t *testing.T) {
 	dir, kilnstep := buildKilnstep(t)
 	cpus := filepath.Join(dir, "cpus")
@@ -687,10 +689,10 @@ func TestColdGoBuildsTakeTurns(t *testing.T) {
 	os.WriteFile(filepath.Join(warm, keptRecord), record, 0o644)
 	// gobuild runs a stand-in for go that says it ran.
 	fakeGo := filepath.Join(dir, "go")
-	os.WriteFile(fakeGo, []byte("#!/bin/sh\necho ran >\"$MARKER\"\n"), 0o755)
+	os.WriteFile(fakeGo, []byte("#!/bin/sh\necho \"$@\" >\"$MARKER\"\n"), 0o755)
 	start := func(keep, side, marker string) (*exec.Cmd, *bufio.Reader) {
 		t.Helper()
-		cmd := exec.Command(kilnstep, "gobuild", keep, t.TempDir(), "", side, cpus, "--", fakeGo, "build")
+		cmd := exec.Command(kilnstep, "gobuild", keep, t.TempDir(), "", side, cpus, "--", fakeGo, "build", "./cmd/agent")
 		cmd.Env = append(os.Environ(), "MARKER="+marker)
 		stderr, err := cmd.StderrPipe()
 		if err != nil {
@@ -705,14 +707,24 @@ func TestColdGoBuildsTakeTurns(t *testing.T) {
 		_, err := os.Stat(marker)
 		return err == nil
 	}
+	goArgs := func(marker string) string {
+		dt, _ := os.ReadFile(marker)
+		return strings.TrimSpace(string(dt))
+	}
 	for _, tt := range []struct {
-		name, keep, side string
-	}{{"an edit beside a cold build", warm, "2"}, {"a cold build alone", t.TempDir(), "1"}} {
+		name, keep, side, args string
+	}{
+		{"an edit beside a cold build", warm, "2", "build -toolexec=" + kilnstep + " tool " + cpus + " ./cmd/agent"},
+		{"a cold build alone", t.TempDir(), "1", "build ./cmd/agent"},
+	} {
 		marker := filepath.Join(t.TempDir(), "ran")
 		cmd, stderr := start(tt.keep, tt.side, marker)
 		said, _ := io.ReadAll(stderr)
 		if err := cmd.Wait(); err != nil || !ran(marker) || strings.Contains(string(said), "waiting") {
 			t.Errorf("%s: %v, ran %v, said %q; want it to run at once", tt.name, err, ran(marker), said)
+		}
+		if got := goArgs(marker); got != tt.args {
+			t.Errorf("%s ran go %s, want go %s", tt.name, got, tt.args)
 		}
 	}
 	marker := filepath.Join(t.TempDir(), "ran")
@@ -728,6 +740,9 @@ func TestColdGoBuildsTakeTurns(t *testing.T) {
 	io.Copy(io.Discard, stderr)
 	if err := cmd.Wait(); err != nil || !ran(marker) {
 		t.Errorf("the cold build, once the other ended: %v, ran %v", err, ran(marker))
+	}
+	if got := goArgs(marker); got != "build ./cmd/agent" {
+		t.Errorf("the cold build in its turn ran go %s, want go build ./cmd/agent (go's own -p, no wrapper)", got)
 	}
 }
 
