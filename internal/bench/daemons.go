@@ -100,7 +100,7 @@ func (r *runner) daemons(ctx context.Context) (err error) {
 	}
 	for run := 1; run <= runs; run++ {
 		r.progress(KilnOneDaemon, run, runs)
-		one, steps, err := r.kilnPrunedBuild(ctx, true)
+		one, steps, err := r.kilnPrunedBuild(ctx, pruneAll)
 		if err != nil {
 			return err
 		}
@@ -112,7 +112,7 @@ func (r *runner) daemons(ctx context.Context) (err error) {
 		for i, share := range shares {
 			name := nodeName(i, len(shares))
 			r.progress(name, run, runs)
-			if err := r.prune(ctx, true); err != nil {
+			if err := r.prune(ctx, pruneAll); err != nil {
 				return fmt.Errorf("prune: %w", err)
 			}
 			opts := r.opts.Build

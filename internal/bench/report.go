@@ -137,6 +137,13 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	fmt.Fprintf(w, "# kiln bench, %s\n\n", r.Date.Format(time.RFC3339))
 	fmt.Fprintf(w, "Module `%s`: %s for %s. Machine: %d cores, %s; host %s, toolchain %s, BuildKit %s, kiln %.12s.\n\n",
 		r.Module, strings.Join(r.Binaries, ", "), strings.Join(r.Platforms, ", "), m.Cores, config.FormatSize(m.Memory), m.HostGo, m.Toolchain, m.BuildKit, m.KilnCommit)
+	if m.DeadMemoryCgroups >= 0 {
+		freed := ""
+		if m.FreedMemoryCgroups {
+			freed = ", after the bench dropped the page cache to free them"
+		}
+		fmt.Fprintf(w, "Dead memory cgroups (removed, kept by their page cache; hundreds slow every step): %d when the timing began%s, %d at its end.\n\n", m.DeadMemoryCgroups, freed, m.DeadMemoryCgroupsEnd)
+	}
 	for _, retried := range r.Retried {
 		fmt.Fprintf(w, "Failed once and run again from its start: %s.\n\n", retried)
 	}

@@ -57,7 +57,7 @@ func (r *runner) freshDaemon(name string, snapshot bool) func(context.Context) e
 		}
 		// The same daemon, emptied, is daemon B; the client forgets the
 		// snapshots it fetched.
-		if err := r.prune(ctx, true); err != nil {
+		if err := r.prune(ctx, pruneAll); err != nil {
 			return err
 		}
 		if dir, err := buildkit.CacheDir(); err == nil {

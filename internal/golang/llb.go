@@ -35,6 +35,9 @@ const (
 	// VendorStep names the step that unpacks a vendored build's vendor/
 	// archive.
 	VendorStep = "[go] vendor/"
+	// VCSToolsStep names the step that lays out git and ssh for the
+	// download step.
+	VCSToolsStep = "[go] git and ssh root"
 )
 
 // GoTmpCacheID names the cache mount the go steps' /tmp is: go's work
@@ -196,7 +199,18 @@ func (g *Graph) fetchBase() llb.State {
 		llb.WithCustomName("[go] git and ssh"))
 	return llb.Scratch().Platform(g.Plan.BuildPlatform).File(
 		llb.Copy(tools, "/", "/", &llb.CopyInfo{CopyDirContentsOnly: true}),
-		llb.WithCustomName("[go] git and ssh root"))
+		llb.WithCustomName(VCSToolsStep))
+}
+
+// ToolStates are the steps that lay out the tools builds run with, and no
+// build's work: the unpacked toolchain, and git and ssh when modules may be
+// fetched from their VCS.
+func (g *Graph) ToolStates() []llb.State {
+	states := []llb.State{g.Toolchain}
+	if g.Fetch.Tools != "" {
+		states = append(states, g.fetchBase())
+	}
+	return states
 }
 
 // downloadModules fetches the binaries' modules with network into the

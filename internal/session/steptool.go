@@ -40,6 +40,31 @@ func (s *Session) useKeptStepTool(ctx context.Context, cache string) error {
 	return nil
 }
 
+// LayOutTools solves the steps that lay out the tools (golang's
+// ToolStates) alone, exporting nothing: the bench's cold build starts with
+// them in the daemon, as native's starts with Go installed.
+func (s *Session) LayOutTools(ctx context.Context) error {
+	var jobs []buildkit.Job
+	for i, st := range s.Golang.ToolStates() {
+		jobs = append(jobs, buildkit.Job{
+			Name: fmt.Sprintf("tool %d", i+1),
+			Build: func(ctx context.Context, c gateway.Client) (*gateway.Result, error) {
+				def, err := st.Marshal(ctx, llb.Platform(s.Plan.BuildPlatform))
+				if err != nil {
+					return nil, err
+				}
+				return c.Solve(ctx, gateway.SolveRequest{Definition: def.ToPB(), Evaluate: true})
+			},
+		})
+	}
+	opts := s.solveOptions(ctx)
+	opts.CacheExports, opts.CacheImports = nil, nil
+	if _, err := s.daemon.Solve(ctx, jobs, opts); err != nil {
+		return fmt.Errorf("lay out the toolchain: %w", err)
+	}
+	return nil
+}
+
 // buildStepTool solves the kilnstep build alone and moves its output to
 // dir, whole or not at all. A usable dir another build made meanwhile
 // stays: it holds the same bytes, and that build may be sending it.

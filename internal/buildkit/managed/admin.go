@@ -161,6 +161,47 @@ func PruneUnkept(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageIn
 	return d.Prune(ctx, ch, client.PruneAll, client.WithFilter(filters))
 }
 
+// PruneAllButTools removes every record but the tools a build runs with
+// (toolRecord), sending each removed one to ch when it is not nil. The
+// bench's cold build starts from it, as native's starts with Go installed:
+// no cache mount, module, source or output is left.
+func PruneAllButTools(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageInfo) error {
+	usage, err := d.DiskUsage(ctx)
+	if err != nil {
+		return err
+	}
+	var filters []string
+	for _, u := range usage {
+		if !toolRecord(u) {
+			filters = append(filters, "id=="+u.ID)
+		}
+	}
+	if len(filters) == 0 {
+		return nil
+	}
+	return d.Prune(ctx, ch, client.PruneAll, client.WithFilter(filters))
+}
+
+// toolRecord says whether a record holds a tool rather than a build's work:
+// the unpacked toolchain, kiln's step tool, git and ssh for the download
+// step, and the transfer state of the archives they come from and of the
+// CA bundle. A host keeps their like installed.
+func toolRecord(u *client.UsageInfo) bool {
+	switch u.RecordType {
+	case client.UsageRecordTypeLocalSource:
+		for _, name := range []string{golang.LocalToolchain, golang.LocalStepTool, golang.LocalVCSTools, golang.LocalCACerts} {
+			if u.Description == "local source for "+name {
+				return true
+			}
+		}
+		return false
+	case client.UsageRecordTypeRegular:
+		return strings.HasPrefix(u.Description, golang.ToolchainStep) || u.Description == golang.VCSToolsStep ||
+			strings.HasPrefix(u.Description, "mount "+golang.ToolsDir+" from exec ")
+	}
+	return false
+}
+
 // unkept are the ids of the records Prune removes.
 func unkept(usage []*client.UsageInfo) []string {
 	newest := map[string]*client.UsageInfo{}

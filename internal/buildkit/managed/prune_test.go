@@ -33,3 +33,35 @@ func TestPruneKeepsCachesSourcesStandardLibrariesAndTheLastModuleLayerToolAndToo
 		t.Errorf("pruned %v, want %v", got, want)
 	}
 }
+
+func TestTheBenchsColdKeepsOnlyTheTools(t *testing.T) {
+	tools := []*client.UsageInfo{
+		{RecordType: client.UsageRecordTypeRegular, Description: golang.ToolchainStep + "1.26.8"},
+		{RecordType: client.UsageRecordTypeRegular, Description: golang.VCSToolsStep},
+		{RecordType: client.UsageRecordTypeRegular, Description: "mount " + golang.ToolsDir + " from exec /usr/local/go/bin/go build -trimpath -o /kiln/tools/kilnstep main.go"},
+		{RecordType: client.UsageRecordTypeLocalSource, Description: "local source for " + golang.LocalToolchain},
+		{RecordType: client.UsageRecordTypeLocalSource, Description: "local source for " + golang.LocalStepTool},
+		{RecordType: client.UsageRecordTypeLocalSource, Description: "local source for " + golang.LocalVCSTools},
+		{RecordType: client.UsageRecordTypeLocalSource, Description: "local source for " + golang.LocalCACerts},
+	}
+	work := []*client.UsageInfo{
+		{RecordType: client.UsageRecordTypeCacheMount, Description: `cached mount /root/.cache/go-build from exec go build with id "kiln-gocache"`},
+		{RecordType: client.UsageRecordTypeCacheMount, Description: "cached mount " + golang.ToolsDir + " from exec go build"},
+		{RecordType: client.UsageRecordTypeLocalSource, Description: "local source for sources-65171fce8af68b99"},
+		{RecordType: client.UsageRecordTypeLocalSource, Description: "local source for " + golang.LocalToolchain + "-other"},
+		{RecordType: client.UsageRecordTypeRegular, Description: "mount " + golang.ModuleLayerDir + " from exec /kiln/bin/kilnstep modules"},
+		{RecordType: client.UsageRecordTypeRegular, Description: "mount " + golang.StdDir + " from exec /kiln/bin/kilnstep gobuild"},
+		{RecordType: client.UsageRecordTypeRegular, Description: golang.VendorStep},
+		{RecordType: client.UsageRecordTypeRegular, Description: "mount /out/0 from exec /kiln/bin/kilnstep gobuild"},
+	}
+	for _, u := range tools {
+		if !toolRecord(u) {
+			t.Errorf("%s %q is pruned: it is a tool", u.RecordType, u.Description)
+		}
+	}
+	for _, u := range work {
+		if toolRecord(u) {
+			t.Errorf("%s %q is kept: it is a build's work", u.RecordType, u.Description)
+		}
+	}
+}
