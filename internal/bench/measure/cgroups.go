@@ -16,7 +16,8 @@ import (
 // of them were seen to slow every compile, kiln's steps the most (a tenth
 // to a fifth more CPU). -1 when the count cannot be read.
 func DeadMemoryCgroups() int {
-	// cgroup v2: the root's count of dying descendants.
+	// cgroup v2: the root's count of dying descendants (of every
+	// controller; a dying cgroup that outlives its step is kept by memory).
 	if dt, err := os.ReadFile("/sys/fs/cgroup/cgroup.stat"); err == nil {
 		for _, line := range strings.Split(string(dt), "\n") {
 			if v, ok := strings.CutPrefix(line, "nr_dying_descendants "); ok {
@@ -27,7 +28,8 @@ func DeadMemoryCgroups() int {
 		}
 		return -1
 	}
-	// cgroup v1: the memory controller's count, less the live ones.
+	// cgroup v1: the memory controller's count, less the live ones (the
+	// whole hierarchy mounted, as on a machine, not a container).
 	all := memoryCgroupCount()
 	if all < 0 {
 		return -1

@@ -480,22 +480,23 @@ const coldWait = time.Hour
 // an empty GOCACHE took 689 CPU-s and 352 s side by side against 657 and
 // 341 one after the other, on 2 cores. Edits, where one platform's build
 // waits on a single compile or link, keep running side by side.
-func coldTurn(cpus string, deadline time.Time) error {
+// It says whether it holds the gate: not when the wait ran out.
+func coldTurn(cpus string, deadline time.Time) (bool, error) {
 	fd, err := openLock(filepath.Join(cpus, coldGate))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err == nil {
-		return nil
+		return true, nil
 	}
 	fmt.Fprintln(os.Stderr, "go build: waiting for another platform's go build; cold builds take turns")
 	timeout := time.NewTimer(time.Until(deadline))
 	defer timeout.Stop()
 	_, ok, err := waitFirst([]int{fd}, timeout.C)
 	if !ok {
-		return runWithout(cpus, []string{coldGate})
+		return false, runWithout(cpus, []string{coldGate})
 	}
-	return err
+	return err == nil, err
 }
 
 // goSourceBytes adds up the sizes of the .go files a compile is given. go
@@ -706,12 +707,15 @@ func gobuild(keep, out string, names, goArgs []string, side int, cpus string) er
 	args := withParallelism(goArgs, side, cpus)
 	run := goRun(args)
 	if survivors == 0 && side > 1 && cpus != "-" {
-		if err := coldTurn(cpus, time.Now().Add(coldWait)); err != nil {
+		held, err := coldTurn(cpus, time.Now().Add(coldWait))
+		if err != nil {
 			return err
 		}
-		// Its turn: no other cold go build runs, so it takes go's own -p,
-		// without kilnstep tool started around each of its compiles.
-		args = goArgs
+		if held {
+			// Its turn: no other cold go build runs, so it takes go's own
+			// -p, without kilnstep tool started around each of its tools.
+			args = goArgs
+		}
 	}
 	// A failure from here on leaves the record naming binaries go may have
 	// rewritten: their size or mtime no longer match, so they are not kept.
