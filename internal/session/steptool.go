@@ -60,7 +60,7 @@ func (s *Session) LayOutTools(ctx context.Context) error {
 	opts := s.solveOptions(ctx)
 	opts.CacheExports, opts.CacheImports = nil, nil
 	if _, err := s.daemon.Solve(ctx, jobs, opts); err != nil {
-		return fmt.Errorf("lay out the toolchain: %w", err)
+		return fmt.Errorf("lay out the tools: %w", err)
 	}
 	return nil
 }
