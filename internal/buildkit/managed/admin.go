@@ -147,18 +147,7 @@ func keptKind(u *client.UsageInfo) (kind string, newestOnly bool) {
 // PruneUnkept removes every record Prune does not keep (see keptKind),
 // sending each removed one to ch when it is not nil.
 func PruneUnkept(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageInfo) error {
-	usage, err := d.DiskUsage(ctx)
-	if err != nil {
-		return err
-	}
-	var filters []string
-	for _, id := range unkept(usage) {
-		filters = append(filters, "id=="+id)
-	}
-	if len(filters) == 0 {
-		return nil
-	}
-	return d.Prune(ctx, ch, client.PruneAll, client.WithFilter(filters))
+	return pruneIDs(ctx, d, ch, unkept)
 }
 
 // PruneAllButTools removes every record but the tools a build runs with
@@ -166,15 +155,26 @@ func PruneUnkept(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageIn
 // bench's cold build starts from it, as native's starts with Go installed:
 // no cache mount, module, source or output is left.
 func PruneAllButTools(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageInfo) error {
+	return pruneIDs(ctx, d, ch, func(usage []*client.UsageInfo) []string {
+		var ids []string
+		for _, u := range usage {
+			if !toolRecord(u) {
+				ids = append(ids, u.ID)
+			}
+		}
+		return ids
+	})
+}
+
+// pruneIDs removes the records that remove picks from the daemon's.
+func pruneIDs(ctx context.Context, d *buildkit.Daemon, ch chan client.UsageInfo, remove func([]*client.UsageInfo) []string) error {
 	usage, err := d.DiskUsage(ctx)
 	if err != nil {
 		return err
 	}
 	var filters []string
-	for _, u := range usage {
-		if !toolRecord(u) {
-			filters = append(filters, "id=="+u.ID)
-		}
+	for _, id := range remove(usage) {
+		filters = append(filters, "id=="+id)
 	}
 	if len(filters) == 0 {
 		return nil
