@@ -138,9 +138,11 @@ func TestBenchOnAFixtureModule(t *testing.T) {
 		t.Errorf("kiln cold: peak memory by process %v lacks buildkitd or the client", s.PeakByProcess)
 	}
 	// The machine's memory is read for both sides: the rise of used
-	// memory, which counts tmpfs, where the resident sets cannot.
+	// memory, which counts tmpfs, where the resident sets cannot. A rise of
+	// 0 is a reading: in CI another test package frees memory meanwhile,
+	// and this fixture's native build is small (seen once in CI).
 	for _, name := range []string{bench.NativeCold, bench.KilnCold} {
-		if s := fromDisk.Scenario(name); s.SystemMemory <= 0 || s.Tmpfs < 0 {
+		if s := fromDisk.Scenario(name); s.SystemMemory < 0 || s.Tmpfs < 0 {
 			t.Errorf("%s: system memory %d, tmpfs %d; want both read", name, s.SystemMemory, s.Tmpfs)
 		}
 	}
