@@ -14,11 +14,9 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
-	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 	"github.com/kiln-build/kiln/internal/verify/inspect"
@@ -35,13 +33,15 @@ func TestAReleaseTakesNothingFromTheDaemonsCache(t *testing.T) {
 		t.Skip("integration test: needs buildkitd") // each subtest would, and the later ones need the first
 	}
 	ctx := context.Background()
-	root := tinyRepo(t)
+	root := testdaemon.TinyRepo(t, "[linux/amd64]")
 	release := session.Options{Root: root, Platforms: "linux/amd64", Progress: "quiet", Stamp: true, Release: true}
 	cache := t.TempDir()
 
 	var want *session.ImagesOutcome
-	t.Run("a new daemon exports every step's result", func(t *testing.T) {
-		testdaemon.Buildkit(t)
+	// The shared daemon makes the release to compare with: its kilnstep
+	// and its standard library are warm, and it never sees the cache.
+	t.Run("a daemon exports every step's result", func(t *testing.T) {
+		testdaemon.Shared(t)
 		exporting := release
 		exporting.OutDir, exporting.TrustCaches, exporting.CacheTo = t.TempDir(), true, "type=local,dest="+cache+",mode=max"
 		var err error
@@ -153,34 +153,6 @@ func init() {
 		t.Fatal(err)
 	}
 	return data
-}
-
-// tinyRepo is a committed repository of one binary and one image: its
-// release compiles little.
-func tinyRepo(t *testing.T) string {
-	t.Helper()
-	cfg, err := os.ReadFile(filepath.Join(testdaemon.RepoRoot(t), "build", "kiln.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	toolchain := regexp.MustCompile(`(?ms)^toolchain:\n.*?\n\n`).Find(cfg)
-	if toolchain == nil {
-		t.Fatal("no toolchain section in build/kiln.yaml")
-	}
-	root := t.TempDir()
-	modfixture.Write(t, root, map[string]string{
-		"go.mod":                 "module example.com/tiny\n\ngo 1.26\n",
-		"cmd/tiny/main.go":       "package main\n\nimport \"example.com/tiny/pkg/version\"\n\nfunc main() { println(version.Version) }\n",
-		"pkg/version/version.go": "package version\n\nvar Version, GitCommit, GitTreeState string\n",
-		"build/kiln.yaml": string(toolchain) + "platforms: [linux/amd64]\nbinaries:\n  - {name: tiny, package: ./cmd/tiny}\n" +
-			"stamp:\n  package: example.com/tiny/pkg/version\ncache: {gocache: kiln-gocache, gomodcache: kiln-gomodcache}\nrepository: tiny\ntag: latest\n",
-		"images/tiny/image.yaml": "binaries: [tiny]\nentrypoint: [/usr/local/bin/tiny]\nuser: \"65532:65532\"\nworkdir: /\n",
-	})
-	testdaemon.Git(t, root, "init", "-q")
-	testdaemon.Git(t, root, "add", "-A")
-	testdaemon.Git(t, root, "commit", "-qm", "tiny")
-	testdaemon.Git(t, root, "tag", "v1.0.0")
-	return root
 }
 
 // imageFile is the file name as the image's layers leave it.

@@ -26,14 +26,19 @@ import (
 // by separate builds, or on separate daemons, merge into the image one
 // build of every platform makes, byte for byte; a daemon that is not there
 // fails the build and a merge of parts that do not make the image refuses.
+//
+// The repository is a tiny one: what is proven here does not depend on
+// what compiles, and its three cold platform compiles (two on the shared
+// daemon, one on the fresh one) take a few CPU-seconds each instead of
+// forty. TestRelease spreads this repository's own release.
 func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 	shared := testdaemon.Shared(t)
 	ctx := context.Background()
+	root := testdaemon.TinyRepo(t, "[linux/amd64, linux/arm64]")
 	order := []ocispec.Platform{platforms.MustParse("linux/amd64"), platforms.MustParse("linux/arm64")}
 	build := func(platforms string) session.ImageResult {
 		t.Helper()
-		out, err := session.Images(ctx, session.Options{Root: testdaemon.RepoRoot(t), OutDir: t.TempDir(), Progress: "quiet",
-			Platforms: platforms, Images: []string{"antrea-controller"}})
+		out, err := session.Images(ctx, session.Options{Root: root, OutDir: t.TempDir(), Progress: "quiet", Platforms: platforms})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +47,7 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 	whole := build("linux/amd64,linux/arm64")
 	amd64, arm64 := build("linux/amd64"), build("linux/arm64")
 
-	merged := filepath.Join(t.TempDir(), "antrea-controller.oci.tar")
+	merged := filepath.Join(t.TempDir(), "tiny.oci.tar")
 	// The parts in another order than the image's platforms.
 	desc, err := ocimerge.Merge(ctx, merged, []string{arm64.Path, amd64.Path}, order)
 	if err != nil {
@@ -64,7 +69,7 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		a, b := shared, testdaemon.Buildkit(t)
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
 		out := t.TempDir()
-		opts := session.Options{Root: testdaemon.RepoRoot(t), OutDir: out, Progress: "quiet", Platforms: "linux/amd64,linux/arm64", Images: []string{"antrea-controller"}}
+		opts := session.Options{Root: root, OutDir: out, Progress: "quiet", Platforms: "linux/amd64,linux/arm64"}
 		both, err := spread.Images(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -102,7 +107,7 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, tag := range []string{"v0.0.0-dev", "latest"} {
-			if dgst, _, _, err := reg.Manifest("antrea/antrea-controller", tag); err != nil || dgst != spreadPush[0].Digest {
+			if dgst, _, _, err := reg.Manifest("tiny/tiny", tag); err != nil || dgst != spreadPush[0].Digest {
 				t.Errorf("the tag %s names %s (%v), want %s", tag, dgst, err, spreadPush[0].Digest)
 			}
 		}
@@ -165,8 +170,8 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 		// build without a retry. The source breaks linux/arm64 only, so the
 		// daemon building amd64 finishes and could take arm64 over.
 		broken := t.TempDir()
-		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), broken)
-		if err := os.WriteFile(filepath.Join(broken, "cmd", "antrea-controller", "broken_arm64.go"), []byte("package main\n\nvar broken int = \"arm64 only\"\n"), 0o644); err != nil {
+		testdaemon.CopyTree(t, root, broken)
+		if err := os.WriteFile(filepath.Join(broken, "cmd", "tiny", "broken_arm64.go"), []byte("package main\n\nvar broken int = \"arm64 only\"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
