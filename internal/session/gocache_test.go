@@ -77,7 +77,7 @@ func TestGoCacheSnapshotAcrossDaemons(t *testing.T) {
 	pub, priv := keyPair(t)
 	var published *gocache.Result
 	t.Run("daemon A publishes, signed", func(t *testing.T) {
-		testdaemon.Buildkit(t)
+		testdaemon.Shared(t)
 		t.Setenv(gocache.SigningKeyEnv, priv)
 		o := opts
 		o.GoCacheTo = repo

@@ -27,7 +27,7 @@ import (
 // what the next scenario's build finds in the daemon. Zero may differ. It
 // prints one line per scenario.
 func TestNeverStaleBinaries(t *testing.T) {
-	testdaemon.Buildkit(t)
+	testdaemon.Shared(t)
 	app := t.TempDir()
 	modfixture.Write(t, app, map[string]string{
 		"go.mod":                 "module example.com/app\n\ngo 1.26\n\nrequire example.com/dep v0.0.0\n\nreplace example.com/dep => ./dep\n",

@@ -17,7 +17,7 @@ import (
 // without the change time sent along it kept the old bytes and the build
 // printed the old value, recorded under the new inputs' key.
 func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
-	testdaemon.Buildkit(t)
+	testdaemon.Shared(t)
 	app, main := sayingModule(t, "one")
 	past := time.Now().Add(-time.Hour).Truncate(time.Second)
 	keepTime := func() {
@@ -46,7 +46,7 @@ func TestAnEditThatKeepsSizeAndModificationTimeIsBuilt(t *testing.T) {
 // output was made from what the keys name; once the file is back as the
 // keys had it, the next build builds it again.
 func TestAnEditWhileTheDaemonReadsIsNeverRecordedAsBuilt(t *testing.T) {
-	testdaemon.Buildkit(t)
+	testdaemon.Shared(t)
 	app, main := sayingModule(t, "one")
 	write := func(word string) {
 		if err := os.WriteFile(main, []byte(saying(word)), 0o644); err != nil {
