@@ -38,8 +38,8 @@ func TestAReleaseTakesNothingFromTheDaemonsCache(t *testing.T) {
 	cache := t.TempDir()
 
 	var want *session.ImagesOutcome
-	// The shared daemon makes the release to compare with: its kilnstep
-	// and its standard library are warm, and it never sees the cache.
+	// The shared daemon makes the release to compare with: warm or not,
+	// it never sees the cache.
 	t.Run("a daemon exports every step's result", func(t *testing.T) {
 		testdaemon.Shared(t)
 		exporting := release

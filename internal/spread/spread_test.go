@@ -64,8 +64,8 @@ func TestPlatformsBuiltApartMergeToTheSameImage(t *testing.T) {
 
 	t.Run("built on two daemons", func(t *testing.T) {
 		// The shared daemon, warm, and a fresh one that compiles its
-		// platform cold (two cold daemons cost 40 CPU-s more and prove no
-		// more: the spread release compiles cold on both).
+		// platform cold (two cold daemons would prove no more: the spread
+		// release compiles cold on both of its daemons).
 		a, b := shared, testdaemon.Buildkit(t)
 		t.Setenv(buildkit.HostEnv, a.Address+","+b.Address)
 		out := t.TempDir()

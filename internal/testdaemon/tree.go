@@ -107,8 +107,9 @@ func TaggedCopy(t testing.TB, from, tag string) string {
 	return dir
 }
 
-// TinyRepo is a repository of one image with one binary that imports the
-// standard library's runtime alone, built for the platforms given (as
+// TinyRepo is a repository of one image with one binary, which imports
+// only its version package (and, from the standard library, the runtime),
+// built for the platforms given (as
 // kiln.yaml writes them, "[linux/amd64]") with this repository's pinned
 // toolchain; one commit, tagged v1.0.0. A cold compile of a platform takes
 // a few CPU-seconds, against forty for this repository's binaries: for
