@@ -517,7 +517,8 @@ func TestImagesIntegration(t *testing.T) {
 	// packages with the pinned toolchain, not the host's Go, so every step
 	// is reused from the build the host's Go just made, and the digests
 	// agree. That a build from nothing reproduces is TestRelease's:
-	// release:verify rebuilds every release platform in isolation.
+	// release:verify rebuilds a release platform in isolation and finds
+	// it identical to the release, made on warm caches.
 	t.Run("images, by mage under another Go, reuses every step and gives the same digests", func(t *testing.T) {
 		o := opts
 		o.Platforms, o.OutDir = "linux/amd64", t.TempDir()
