@@ -100,10 +100,10 @@ func TestRelease(t *testing.T) {
 	// each platform once into the shared daemon's Go cache, where the
 	// spread release, the build of another commit and the warm rebuild
 	// below find it, instead of cold again each time (four cold platform
-	// compiles, 160 CPU-s, fewer). The default, isolated release is what
-	// TestAReleaseTakesNothingFromTheDaemonsCache releases; here
-	// release:verify rebuilds a platform from nothing in isolation and
-	// finds it identical to this release.
+	// compiles, 160 CPU-s, fewer). The default, isolated release is
+	// TestTheDefaultReleaseIsIsolatedOnEveryDaemon's, on a tiny
+	// repository; here release:verify rebuilds linux/arm/v7 from nothing
+	// in isolation and finds it identical to this release.
 	ropts := release.ReleaseOptions{PushOptions: publish.PushOptions{Registry: reg.Addr}, TrustCaches: true}
 	assetsDir := filepath.Join(out, "release", version)
 

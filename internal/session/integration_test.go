@@ -518,7 +518,7 @@ func TestImagesIntegration(t *testing.T) {
 	// is reused from the build the host's Go just made, and the digests
 	// agree. That a build from nothing reproduces is TestRelease's:
 	// release:verify rebuilds a release platform in isolation and finds
-	// it identical to the release, made on warm caches.
+	// it identical to the release, made on the daemon's trusted caches.
 	t.Run("images, by mage under another Go, reuses every step and gives the same digests", func(t *testing.T) {
 		o := opts
 		o.Platforms, o.OutDir = "linux/amd64", t.TempDir()
