@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/platforms"
 
@@ -251,11 +252,30 @@ func ManagedCache(t *testing.T) *managed.Managed {
 // module proxy).
 func Cosign(t testing.TB) string {
 	t.Helper()
+	waitForCosign(t)
 	path, err := exec.LookPath("cosign")
 	if err != nil {
 		Unavailable(t, "cosign not on PATH (GOBIN=/usr/local/bin go install github.com/sigstore/cosign/v3/cmd/cosign@v3.1.3)")
 	}
 	return path
+}
+
+// waitForCosign waits while the file $KILN_TEST_COSIGN_PENDING exists:
+// .ci/run builds cosign beside the first tests and removes it when the
+// build ends, however it ends.
+func waitForCosign(t testing.TB) {
+	pending := os.Getenv("KILN_TEST_COSIGN_PENDING")
+	if pending == "" {
+		return
+	}
+	for start := time.Now(); ; time.Sleep(time.Second) {
+		if _, err := os.Stat(pending); err != nil {
+			return
+		}
+		if time.Since(start) > 20*time.Minute {
+			Unavailable(t, "cosign: still being built after 20 minutes (%s exists)", pending)
+		}
+	}
 }
 
 // CosignKeyPair makes cosign.key and cosign.pub with the real cosign CLI in
