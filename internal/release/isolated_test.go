@@ -40,20 +40,6 @@ func TestTheDefaultReleaseIsIsolatedOnEveryDaemon(t *testing.T) {
 	t.Setenv(sign.PasswordEnv, "tiny-pass")
 	verifier := mustVerifier(t, filepath.Join(keys, "cosign.pub"))
 
-	noIsolatedCacheLeft := func(t *testing.T, daemons ...*buildkit.Daemon) {
-		t.Helper()
-		for _, daemon := range daemons {
-			usage, err := daemon.DiskUsage(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, u := range usage {
-				if u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, golang.IsolatedCachePrefix) {
-					t.Errorf("the release left its isolated cache on %s: %s (%d bytes)", daemon.Address, u.Description, u.Size)
-				}
-			}
-		}
-	}
 	// The statements of the index's attestations and its platforms', with
 	// the registry's name as the first release's.
 	attestations := func(t *testing.T, reg *testdaemon.Registry, as string, img release.ReleasedImage) [][]byte {
@@ -91,7 +77,7 @@ func TestTheDefaultReleaseIsIsolatedOnEveryDaemon(t *testing.T) {
 	if provenances != 3 {
 		t.Errorf("%d provenances, want 3 (the index and two platforms)", provenances)
 	}
-	noIsolatedCacheLeft(t, d)
+	noIsolatedCacheLeft(t, ctx, "the release", d)
 
 	fresh := testdaemon.Buildkit(t)
 	t.Setenv(buildkit.HostEnv, d.Address+","+fresh.Address)
@@ -126,5 +112,22 @@ func TestTheDefaultReleaseIsIsolatedOnEveryDaemon(t *testing.T) {
 	if entries, _ := os.ReadDir(layerCache); len(entries) != 0 {
 		t.Errorf("an isolated release exported a layer cache: %v", entries)
 	}
-	noIsolatedCacheLeft(t, d, fresh)
+	noIsolatedCacheLeft(t, ctx, "the spread release", d, fresh)
+}
+
+// noIsolatedCacheLeft fails the test for each isolated Go cache left on
+// the daemons: what left it is the build named by who.
+func noIsolatedCacheLeft(t *testing.T, ctx context.Context, who string, daemons ...*buildkit.Daemon) {
+	t.Helper()
+	for _, daemon := range daemons {
+		usage, err := daemon.DiskUsage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range usage {
+			if u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, golang.IsolatedCachePrefix) {
+				t.Errorf("%s left its isolated cache on %s: %s (%d bytes)", who, daemon.Address, u.Description, u.Size)
+			}
+		}
+	}
 }

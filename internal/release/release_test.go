@@ -16,13 +16,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/moby/buildkit/client"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	spdxjson "github.com/spdx/tools-golang/json"
 
 	"github.com/kiln-build/kiln/internal/buildkit"
-	"github.com/kiln-build/kiln/internal/golang"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/release"
 	"github.com/kiln-build/kiln/internal/session"
@@ -420,15 +418,7 @@ func TestRelease(t *testing.T) {
 		t.Errorf("release:verify checked the assets %v and compared %v; want all 5, and antrea.yml and antctl-linux-arm", a.Verified, a.Compared)
 	}
 	// The isolated Go cache (and the binaries kept beside it) is emptied.
-	usage, err := d.DiskUsage(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range usage {
-		if u.RecordType == client.UsageRecordTypeCacheMount && strings.Contains(u.Description, golang.IsolatedCachePrefix) {
-			t.Errorf("release:verify left its isolated cache: %s (%d bytes)", u.Description, u.Size)
-		}
-	}
+	noIsolatedCacheLeft(t, ctx, "release:verify", d)
 	for _, img := range vo.Images {
 		if strings.Join(img.Compared, ",") != isolatedPlatform || !img.Identical {
 			t.Errorf("%s: compared %v, identical %v; want %s, identical", img.Name, img.Compared, img.Identical, isolatedPlatform)
