@@ -16,10 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/moby/buildkit/client"
-
-	"github.com/kiln-build/kiln/internal/buildkit"
-	"github.com/kiln-build/kiln/internal/buildkit/managed"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
@@ -76,50 +72,62 @@ func hashDir(t *testing.T, dir string) map[string][32]byte {
 	return out
 }
 
-// pruneToGoCache removes every record of the daemon but its Go build cache
-// mount: the next build's go build relinks every binary (its kept binaries
-// are gone) without compiling the standard library again, which leaves a
-// second or two in which a go command runs in a step.
-func pruneToGoCache(t *testing.T, m *managed.Managed, root string) {
+// slowTinyRepo is testdaemon.TinyRepo (linux/amd64) whose binary also
+// imports a package of 6,000 functions, which takes go about two seconds
+// to compile: long enough for a test to catch go mid-build, for a few
+// CPU-seconds where this repository's cold compile takes fifty. An edit
+// to it (editSlow) makes go run again without changing the binary.
+func slowTinyRepo(t *testing.T) string {
 	t.Helper()
-	p, err := session.Plan(session.Options{Root: root, Platforms: "linux/amd64"})
-	if err != nil {
-		t.Fatal(err)
+	root := testdaemon.TinyRepo(t, "[linux/amd64]")
+	var src strings.Builder
+	src.WriteString("package slow\n\n")
+	var all []string
+	for i := range 6000 {
+		fmt.Fprintf(&src, "func F%d(a, b int) int {\n\tfor i := 0; i < a; i++ {\n\t\tif b%%%d == %d {\n\t\t\tb += i * %d\n\t\t} else {\n\t\t\tb ^= a << %d\n\t\t}\n\t}\n\treturn b\n}\n\n", i, i+3, i%7, i, i%13)
+		all = append(all, fmt.Sprintf("F%d", i))
 	}
-	c, err := buildkit.Dial(context.Background(), m.Address())
-	if err != nil {
-		t.Fatal(err)
+	fmt.Fprintf(&src, "var All = []func(int, int) int{%s}\n", strings.Join(all, ", "))
+	files := map[string]string{
+		"pkg/slow/slow.go": src.String(),
+		"cmd/tiny/main.go": "package main\n\nimport (\n\t\"example.com/tiny/pkg/slow\"\n\t\"example.com/tiny/pkg/version\"\n)\n\nfunc main() { println(version.Version, len(slow.All)) }\n",
+		".dockerignore":    ".env\n",
 	}
-	defer c.Close()
-	usage, err := c.DiskUsage(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var filters []string
-	for _, u := range usage {
-		if !strings.HasSuffix(u.Description, fmt.Sprintf("with id %q", p.Cache.GoCache)) {
-			filters = append(filters, "id=="+u.ID)
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if len(filters) == len(usage) {
-		t.Fatalf("no Go cache mount %q among the daemon's records", p.Cache.GoCache)
-	}
-	if err := c.Prune(context.Background(), nil, client.PruneAll, client.WithFilter(filters)); err != nil {
-		t.Fatal(err)
-	}
+	testdaemon.Git(t, root, "add", "-A")
+	testdaemon.Git(t, root, "commit", "-qm", "slow")
+	testdaemon.Git(t, root, "tag", "-f", "v1.0.0")
+	return root
+}
+
+// editSlow appends a comment new to every run to the slow package: go
+// compiles it again, and the binary stays the same (a dirty tree is
+// stamped alike before and after).
+func editSlow(t *testing.T, root string) {
+	t.Helper()
+	testdaemon.AppendLine(t, filepath.Join(root, "pkg", "slow", "slow.go"), fmt.Sprintf("\n// edit %d\n", time.Now().UnixNano()))
 }
 
 // TestOneManagedDaemon runs builds that need a managed daemon of their own
 // but not a cold one each, on the daemon the first part starts: concurrent
 // first starts, the context's .dockerignore, an interrupted build, and last
-// a build whose daemon is killed.
+// a build whose daemon is killed. They build slowTinyRepo: what they test
+// does not depend on what compiles, only on a compile long enough to catch.
 func TestOneManagedDaemon(t *testing.T) {
 	m := testdaemon.ManagedCache(t)
 	mage := testdaemon.MageBinary(t)
+	repo := slowTinyRepo(t)
 
 	t.Run("concurrent builds start one daemon and agree", func(t *testing.T) {
 		tree := t.TempDir()
-		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
+		testdaemon.CopyTree(t, repo, tree)
 
 		outputs := make([]string, 2)
 		errs := make([]error, 2)
@@ -150,7 +158,7 @@ func TestOneManagedDaemon(t *testing.T) {
 			return d
 		}
 		a, b := digests(outputs[0]), digests(outputs[1])
-		if len(a) != 2 || fmt.Sprint(a) != fmt.Sprint(b) {
+		if len(a) != 1 || fmt.Sprint(a) != fmt.Sprint(b) {
 			t.Errorf("the two builds disagree:\n%v\n%v", a, b)
 		}
 		log, err := os.ReadFile(m.LogFile())
@@ -164,7 +172,7 @@ func TestOneManagedDaemon(t *testing.T) {
 
 	t.Run("dockerignored files never reach BuildKit", func(t *testing.T) {
 		tree := t.TempDir()
-		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
+		testdaemon.CopyTree(t, repo, tree)
 		secret := []byte("KILN_CANARY_SECRET_" + strconv.Itoa(os.Getpid()) + "_do_not_leak")
 		control := []byte("KILN_CANARY_CONTROL_" + strconv.Itoa(os.Getpid()))
 		if err := os.WriteFile(filepath.Join(tree, ".env"), append([]byte("API_TOKEN="), secret...), 0o600); err != nil {
@@ -175,7 +183,9 @@ func TestOneManagedDaemon(t *testing.T) {
 		// never reaches BuildKit at all.
 		testdaemon.AppendLine(t, filepath.Join(tree, "pkg", "version", "version.go"), "\n// "+string(control)+"\n")
 		unread := []byte("KILN_CANARY_UNREAD_" + strconv.Itoa(os.Getpid()))
-		testdaemon.AppendLine(t, filepath.Join(tree, "README.md"), "\n"+string(unread)+"\n")
+		if err := os.WriteFile(filepath.Join(tree, "README.md"), append(unread, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
 
 		out, err := session.Images(context.Background(), session.Options{Root: tree, Platforms: "linux/amd64", Progress: "plain", OutDir: filepath.Join(tree, "_output")})
 		if err != nil {
@@ -199,8 +209,8 @@ func TestOneManagedDaemon(t *testing.T) {
 	})
 	t.Run("an interrupt exits 130 and leaves nothing partial", func(t *testing.T) {
 		tree := t.TempDir()
-		testdaemon.CopyTree(t, testdaemon.RepoRoot(t), tree)
-		pruneToGoCache(t, m, tree)
+		testdaemon.CopyTree(t, repo, tree)
+		editSlow(t, tree)
 		pid, _ := m.PID()
 
 		cmd := exec.Command(mage, "images", "-platforms=linux/amd64", "-progress=plain")
@@ -238,15 +248,16 @@ func TestOneManagedDaemon(t *testing.T) {
 	// Last: it kills the daemon.
 	t.Run("a daemon killed mid-build fails the build and leaves the outputs", func(t *testing.T) {
 		ctx := context.Background()
-		out := t.TempDir()
-		opts := session.Options{Root: testdaemon.RepoRoot(t), Platforms: "linux/amd64", Progress: "quiet", OutDir: out}
+		tree, out := t.TempDir(), t.TempDir()
+		testdaemon.CopyTree(t, repo, tree)
+		editSlow(t, tree) // dirty, as the killed build's tree will be
+		opts := session.Options{Root: tree, Platforms: "linux/amd64", Progress: "quiet", OutDir: out}
 		first, err := session.Images(ctx, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
 		before := hashDir(t, filepath.Join(out, "images"))
-		pruneToGoCache(t, m, opts.Root) // so that the next build runs go
-		opts.Rebuild = true             // the outputs are up to date: build them anyway
+		editSlow(t, tree) // so that the next build runs go
 
 		errc := make(chan error, 1)
 		go func() {
@@ -255,6 +266,7 @@ func TestOneManagedDaemon(t *testing.T) {
 		}()
 		pid, _ := m.PID()
 		waitUntil(t, "a compile step", 2*time.Minute, func() bool { return compiling(pid) })
+		steps := descendants(pid)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -267,6 +279,21 @@ func TestOneManagedDaemon(t *testing.T) {
 		}
 		if after := hashDir(t, filepath.Join(out, "images")); fmt.Sprint(after) != fmt.Sprint(before) {
 			t.Errorf("the previous outputs changed: %v, then %v", before, after)
+		}
+
+		// Its steps outlive it, in the middle of writing the cache mounts
+		// the next daemon's steps take as their own: the next daemon's
+		// start ends them. (They once deleted the work folder of the next
+		// go build, which failed.)
+		c, err := m.Ensure(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		for _, p := range steps {
+			if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p)); err == nil && !bytes.Contains(stat, []byte(") Z ")) {
+				t.Errorf("a step process of the killed daemon runs on beside the new daemon: %s", stat)
+			}
 		}
 
 		again, err := session.Images(ctx, opts)

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	_ "embed"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -343,6 +344,7 @@ func (m *Managed) start(ctx context.Context) error {
 		log.G(ctx).Warnf("buildkitd (pid %d) does not answer; restarting it", pid)
 		m.kill(pid)
 	}
+	m.reapSteps(ctx)
 	os.Remove(m.socket())
 	config, err := m.ConfigFile()
 	if err != nil {
@@ -384,6 +386,50 @@ func (m *Managed) start(ctx context.Context) error {
 		return err
 	}
 	return cmd.Process.Release()
+}
+
+// reapSteps ends the build steps a previous daemon on this state left
+// behind. A killed buildkitd (SIGKILL, the OOM killer) leaves its runc
+// containers running, and a step of the new daemon would share their
+// cache mounts: a locked mount has one writer only within one daemon, so
+// a go build of the old one could go on writing the kept binaries, and
+// delete the work folder, that the new one's go build is using.
+func (m *Managed) reapSteps(ctx context.Context) {
+	state, err := filepath.EvalSymlinks(m.stateDir())
+	if err != nil {
+		return // no state yet: no steps
+	}
+	// BuildKit runs runc with its default state root and a bundle per
+	// step under the executor folder of --root.
+	out, err := exec.CommandContext(ctx, "runc", "list", "--format", "json").Output()
+	if err != nil {
+		log.G(ctx).Warnf("runc list: %v; build steps of an earlier buildkitd on %s, if any, are left running", err, state)
+		return
+	}
+	var containers []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+		Bundle string `json:"bundle"`
+	}
+	if err := json.Unmarshal(out, &containers); err != nil {
+		log.G(ctx).Warnf("runc list: %v; build steps of an earlier buildkitd on %s, if any, are left running", err, state)
+		return
+	}
+	running := 0
+	for _, c := range containers {
+		if !strings.HasPrefix(c.Bundle, state+string(filepath.Separator)) {
+			continue
+		}
+		if c.Status != "stopped" {
+			running++
+		}
+		if out, err := exec.CommandContext(ctx, "runc", "delete", "--force", c.ID).CombinedOutput(); err != nil {
+			log.G(ctx).Warnf("runc delete --force %s (a build step of an earlier buildkitd): %v: %s", c.ID, err, bytes.TrimSpace(out))
+		}
+	}
+	if running > 0 {
+		log.G(ctx).Warnf("ended %d build steps that an earlier buildkitd on %s left running", running, state)
+	}
 }
 
 // configRecord holds the sha256 of the configuration the daemon started with.

@@ -332,6 +332,12 @@ const goWork = ".gowork"
 // last go build that succeeded there.
 const lastRun = ".kilnstep-last-run"
 
+// keepLockFile is the lock in KEEP that a go build holds from start to
+// end. BuildKit lets one step at a time have the mount, but only within
+// one daemon: the steps of a daemon that was killed run on beside the
+// next one's, writing the same binaries.
+const keepLockFile = ".kilnstep-lock"
+
 // goRun names a go command: its arguments and the environment go reads.
 // Another one (other flags, packages, toolchain settings) may compile
 // every package again.
@@ -680,6 +686,17 @@ func runWithout(dir string, names []string) error {
 // for its turn when it runs beside others (side > 1, tokens in cpus): see
 // coldTurn. Others run go's tools through kilnstep tool (withParallelism).
 func gobuild(keep, out string, names, goArgs []string, side int, cpus string) error {
+	fd, err := openLock(filepath.Join(keep, keepLockFile))
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		fmt.Fprintln(os.Stderr, "go build: waiting for another go build of these binaries (a step of a buildkitd that was killed?)")
+		if err := waitLock(fd); err != nil {
+			return fmt.Errorf("lock %s: %w", keepLockFile, err)
+		}
+	}
 	var kept map[string]keptFile
 	if dt, err := os.ReadFile(filepath.Join(keep, keptRecord)); err == nil {
 		json.Unmarshal(dt, &kept) // an unreadable record keeps nothing
@@ -690,7 +707,7 @@ func gobuild(keep, out string, names, goArgs []string, side int, cpus string) er
 	}
 	survivors := 0
 	for _, e := range entries {
-		if e.Name() == keptRecord || e.Name() == lastRun {
+		if e.Name() == keptRecord || e.Name() == lastRun || e.Name() == keepLockFile {
 			continue
 		}
 		info, err := e.Info()

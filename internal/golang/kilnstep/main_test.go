@@ -597,6 +597,54 @@ func TestRelinksWorkBesideTheKeptBinaries(t *testing.T) {
 	}
 }
 
+// BuildKit's lock of a locked cache mount holds within one daemon: the
+// steps of a killed daemon run on beside a restarted one's (the managed
+// daemon's start ends them; a daemon elsewhere may not). So a go build
+// waits for the one that holds KEEP, and only then runs go.
+func TestAGoBuildWaitsForTheOneThatHoldsItsKeep(t *testing.T) {
+	src, keep := t.TempDir(), t.TempDir()
+	ran := filepath.Join(t.TempDir(), "ran")
+	wrapper := filepath.Join(t.TempDir(), "go")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\ntouch "+ran+"\nexec go \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"go.mod": "module kept\n\ngo 1.26\n", "main.go": "package main\n\nfunc main() {}\n"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Chdir(src)
+	t.Setenv("CGO_ENABLED", "0")
+	t.Setenv("GOFLAGS", "")
+	held, err := openLock(filepath.Join(keep, keepLockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(held, syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- gobuild(keep, t.TempDir(), []string{"kept"}, []string{wrapper, "build", "-trimpath", "-o", keep + "/", "."}, 1, "-")
+	}()
+	if !waitInFlock(os.Getpid()) {
+		t.Error("the go build did not wait for KEEP's lock")
+	}
+	if _, err := os.Stat(ran); err == nil {
+		t.Error("go ran while another go build held KEEP")
+	}
+	syscall.Close(held)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(ran); err != nil {
+		t.Error("go did not run once KEEP was free")
+	}
+	if dt, _ := os.ReadFile(filepath.Join(keep, keptRecord)); !strings.Contains(string(dt), `"kept"`) || strings.Contains(string(dt), keepLockFile) {
+		t.Errorf("the kept record should name the binary and not the lock: %s", dt)
+	}
+}
+
 // TestAGoBuildSaysHowManyPackagesItCompiled: while go runs, its work
 // folder's action folders are counted and, once go list has named the
 // build's packages, the line names the total.
