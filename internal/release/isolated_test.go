@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/kiln-build/kiln/internal/buildkit"
 	"github.com/kiln-build/kiln/internal/golang"
+	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/publish"
 	"github.com/kiln-build/kiln/internal/release"
 	"github.com/kiln-build/kiln/internal/session"
@@ -22,7 +24,7 @@ import (
 
 // TestTheDefaultReleaseIsIsolatedOnEveryDaemon releases a tiny repository
 // as `release` does by default: each platform, and an asset platform no
-// image has, compiled from nothing in an isolated Go cache that is emptied
+// image has (two binaries there), compiled from nothing in an isolated Go cache that is emptied
 // afterwards, and the provenance says so. Spread over the shared daemon
 // and a new one, with a layer cache export configured (which an isolated
 // release leaves out), each daemon compiles its share from nothing again
@@ -32,8 +34,24 @@ func TestTheDefaultReleaseIsIsolatedOnEveryDaemon(t *testing.T) {
 	d := testdaemon.Shared(t)
 	ctx := context.Background()
 	root := testdaemon.TinyRepo(t, "[linux/amd64, linux/arm64]")
-	testdaemon.AppendLine(t, filepath.Join(root, "build", "kiln.yaml"), "release:\n  assets:\n    tiny: [linux/amd64, windows/amd64]\n")
-	testdaemon.Git(t, root, "commit", "-qam", "release assets")
+	// Two binaries on the asset platform, which build in one go build.
+	kilnYAML := filepath.Join(root, "build", "kiln.yaml")
+	cfg, err := os.ReadFile(kilnYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const binaries = "binaries:\n  - {name: tiny, package: ./cmd/tiny}\n"
+	if !bytes.Contains(cfg, []byte(binaries)) {
+		t.Fatalf("%s lists no binary tiny as this test expects:\n%s", kilnYAML, cfg)
+	}
+	cfg = bytes.Replace(cfg, []byte(binaries), []byte(binaries+"  - {name: tiny-cli, package: ./cmd/tiny-cli}\n"), 1)
+	cfg = append(cfg, "release:\n  assets:\n    tiny: [linux/amd64, windows/amd64]\n    tiny-cli: [windows/amd64]\n"...)
+	modfixture.Write(t, root, map[string]string{
+		"build/kiln.yaml":      string(cfg),
+		"cmd/tiny-cli/main.go": "package main\n\nimport \"example.com/tiny/pkg/version\"\n\nfunc main() { println(\"cli\", version.Version) }\n",
+	})
+	testdaemon.Git(t, root, "add", "-A")
+	testdaemon.Git(t, root, "commit", "-qm", "release assets")
 	testdaemon.Git(t, root, "tag", "-f", "v1.0.0")
 	keys := testdaemon.CosignKeyPair(t, "tiny-pass")
 	t.Setenv(sign.KeyEnv, filepath.Join(keys, "cosign.key"))
@@ -61,8 +79,14 @@ func TestTheDefaultReleaseIsIsolatedOnEveryDaemon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Caches != "isolated" || len(first.Images) != 1 || len(first.Images[0].Platforms) != 2 || len(first.Assets) != 2 {
-		t.Fatalf("the release: caches %q, %d images, %d assets: %+v", first.Caches, len(first.Images), len(first.Assets), first)
+	var assets []string
+	for _, a := range first.Assets {
+		assets = append(assets, a.Name)
+	}
+	slices.Sort(assets)
+	if first.Caches != "isolated" || len(first.Images) != 1 || len(first.Images[0].Platforms) != 2 ||
+		!slices.Equal(assets, []string{"tiny-cli-windows-x86_64.exe", "tiny-linux-x86_64", "tiny-windows-x86_64.exe"}) {
+		t.Fatalf("the release: caches %q, %d images, assets %v: %+v", first.Caches, len(first.Images), assets, first)
 	}
 	want := attestations(t, reg, reg.Addr, first.Images[0])
 	var provenances int

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kiln-build/kiln/internal/modfixture"
 	"github.com/kiln-build/kiln/internal/session"
 	"github.com/kiln-build/kiln/internal/testdaemon"
 )
@@ -88,19 +89,11 @@ func slowTinyRepo(t *testing.T) string {
 		all = append(all, fmt.Sprintf("F%d", i))
 	}
 	fmt.Fprintf(&src, "var All = []func(int, int) int{%s}\n", strings.Join(all, ", "))
-	files := map[string]string{
+	modfixture.Write(t, root, map[string]string{
 		"pkg/slow/slow.go": src.String(),
 		"cmd/tiny/main.go": "package main\n\nimport (\n\t\"example.com/tiny/pkg/slow\"\n\t\"example.com/tiny/pkg/version\"\n)\n\nfunc main() { println(version.Version, len(slow.All)) }\n",
 		".dockerignore":    ".env\n",
-	}
-	for name, content := range files {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(root, name)), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	testdaemon.Git(t, root, "add", "-A")
 	testdaemon.Git(t, root, "commit", "-qm", "slow")
 	testdaemon.Git(t, root, "tag", "-f", "v1.0.0")
