@@ -399,9 +399,26 @@ func (m *Managed) reapSteps(ctx context.Context) {
 	if err != nil {
 		return // no state yet: no steps
 	}
-	// BuildKit runs runc with its default state root and a bundle per
-	// step under the executor folder of --root.
-	out, err := exec.CommandContext(ctx, "runc", "list", "--format", "json").Output()
+	// A buildkitd that still runs on this state (one Running does not
+	// know as ours) holds its lock: its steps are its own.
+	lock, err := os.Open(filepath.Join(state, "buildkitd.lock"))
+	if err != nil {
+		return // no daemon ever ran here
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return
+	}
+	// BuildKit runs runc (the first on the daemon's PATH, with the
+	// runtime folder of its environment, no --root) with a bundle per
+	// step under the executor folder of --root. A worker.oci.binary
+	// other than runc keeps its state elsewhere: its steps are left.
+	runc := func(args ...string) *exec.Cmd {
+		cmd := exec.CommandContext(ctx, "runc", args...)
+		cmd.Env = daemonEnv(os.Environ())
+		return cmd
+	}
+	out, err := runc("list", "--format", "json").Output()
 	if err != nil {
 		log.G(ctx).Warnf("runc list: %v; build steps of an earlier buildkitd on %s, if any, are left running", err, state)
 		return
@@ -423,12 +440,12 @@ func (m *Managed) reapSteps(ctx context.Context) {
 		if c.Status != "stopped" {
 			running++
 		}
-		if out, err := exec.CommandContext(ctx, "runc", "delete", "--force", c.ID).CombinedOutput(); err != nil {
+		if out, err := runc("delete", "--force", c.ID).CombinedOutput(); err != nil {
 			log.G(ctx).Warnf("runc delete --force %s (a build step of an earlier buildkitd): %v: %s", c.ID, err, bytes.TrimSpace(out))
 		}
 	}
 	if running > 0 {
-		log.G(ctx).Warnf("ended %d build steps that an earlier buildkitd on %s left running", running, state)
+		log.G(ctx).Warnf("ended %d build step(s) that an earlier buildkitd on %s left running", running, state)
 	}
 }
 

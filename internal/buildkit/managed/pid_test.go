@@ -100,3 +100,43 @@ func TestStopStopsTheDaemonAnOlderKilnStarted(t *testing.T) {
 		}
 	}
 }
+
+// A start ends only the steps of an earlier daemon on its own state: never
+// those of a daemon on another state (here one whose path the state's is a
+// prefix of), nor any while a buildkitd holds the state's lock.
+func TestAStartEndsOnlyTheStepsLeftOnItsOwnState(t *testing.T) {
+	dir := t.TempDir()
+	m := &Managed{Dir: filepath.Join(dir, "buildkit")}
+	state := m.stateDir()
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bin, deleted := t.TempDir(), filepath.Join(dir, "deleted")
+	executor := filepath.Join(state, "runc-overlayfs", "executor")
+	list := fmt.Sprintf(`[{"id":"left","status":"running","bundle":%q},{"id":"stopped","status":"stopped","bundle":%q},{"id":"other","status":"running","bundle":%q}]`,
+		filepath.Join(executor, "left"), filepath.Join(executor, "stopped"), filepath.Join(state+"2", "runc-overlayfs", "executor", "other"))
+	runc := "#!/bin/sh\ncase \"$1\" in\nlist) echo '" + list + "' ;;\ndelete) echo \"$*\" >>" + deleted + " ;;\nesac\n"
+	if err := os.WriteFile(filepath.Join(bin, "runc"), []byte(runc), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+
+	lock, err := os.Create(filepath.Join(state, "buildkitd.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	m.reapSteps(context.Background())
+	if dt, err := os.ReadFile(deleted); err == nil {
+		t.Errorf("while a buildkitd held the state's lock, its steps were deleted: %s", dt)
+	}
+	lock.Close()
+
+	m.reapSteps(context.Background())
+	dt, _ := os.ReadFile(deleted)
+	if got := string(dt); got != "delete --force left\ndelete --force stopped\n" {
+		t.Errorf("runc was asked to %q, want the two containers on this state deleted, not the other state's", got)
+	}
+}
