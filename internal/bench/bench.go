@@ -461,6 +461,13 @@ func (r *runner) goEnv(gocache string, target string, cgo string) []string {
 	return append(env, plan.TargetEnv(plat)...)
 }
 
+// nativeBuildArgs are the build flags as the configuration gives them, as
+// a developer types them: without the one kiln adds (plan.NoDWARF), which
+// is part of kiln's cost, not of native go build's.
+func (r *runner) nativeBuildArgs() []string {
+	return slices.DeleteFunc(slices.Clone(r.plan.GoEnv.BuildArgs), func(a string) bool { return a == plan.NoDWARF })
+}
+
 // nativeBuild builds every binary for every platform on the host, one go
 // command per platform into the same folder every time, as a developer
 // would: go relinks only the binaries whose build ID is out of date.
@@ -474,7 +481,7 @@ func (r *runner) nativeBuild(ctx context.Context) (measure.Sample, error) {
 	out := r.nativeOut
 	var total measure.Sample
 	for _, target := range r.plan.PlatformIDs() {
-		args := append([]string{"build"}, r.plan.GoEnv.BuildArgs...)
+		args := append([]string{"build"}, r.nativeBuildArgs()...)
 		args = append(args, "-o", filepath.Join(out, strings.ReplaceAll(target, "/", "_"))+"/")
 		for _, b := range r.plan.Binaries {
 			args = append(args, b.Package)
@@ -777,7 +784,7 @@ func (r *runner) cgo(ctx context.Context) error {
 			if split && i > 0 {
 				cgo = "1"
 			}
-			args := append([]string{"build"}, r.plan.GoEnv.BuildArgs...)
+			args := append([]string{"build"}, r.nativeBuildArgs()...)
 			args = append(args, "-o", filepath.Join(out, b.Name), b.Package)
 			s, err := measure.RunCommand(ctx, r.plan.Root, r.goEnv(dir, host, cgo), "go", args...)
 			if err != nil {
