@@ -331,14 +331,15 @@ func toolchainModule(goVersion string, plat ocispec.Platform) string {
 // step and listing takes them from here.
 const (
 	CgoOff         = "CGO_ENABLED=0"
-	// NoDWARF is in the build flags when the link flags drop DWARF (-w):
-	// the compiler need not make what the linker throws away, 11% of a
-	// cold compile's CPU. The binaries are the same but for this flag in
-	// their build information (go version -m). A go.gcflags comes after
-	// it, so for the packages it names the user's flags win.
-	NoDWARF = "-gcflags=all=-dwarf=false"
 	LocalToolchain = "GOTOOLCHAIN=local"
 )
+
+// NoDWARF is in the build flags when the link flags drop DWARF (-w): the
+// compiler need not make what the linker throws away, 11% of a cold
+// compile's CPU. The binaries are the same but for this flag in their
+// build information (go version -m). A go.gcflags comes after it, so for
+// the packages it names the user's flags win.
+const NoDWARF = "-gcflags=all=-dwarf=false"
 
 // goEnv derives the one Go environment. Keep it the only place that does;
 // TargetEnv adds the only values that differ between compiles, and the LLB
