@@ -569,6 +569,9 @@ func (r *runner) cold(ctx context.Context) error {
 	if len(r.plan.Modules) > 0 {
 		desc = "go build on the host, empty GOCACHE, GOMODCACHE and output folder"
 	}
+	if slices.Contains(r.plan.GoEnv.BuildArgs, plan.NoDWARF) {
+		desc += "; the configuration's flags as typed, without the " + plan.NoDWARF + " kiln adds as the link drops DWARF"
+	}
 	return r.turns(ctx, nil,
 		contender{Scenario{Name: NativeCold, Kind: "native", Description: desc}, native(r.nativeColdRun)},
 		contender{Scenario{Name: KilnCold, Kind: "kiln", Description: "BuildKit state emptied but for the tools (the unpacked toolchain, kilnstep, git, the CA bundle), as the host keeps Go installed for native: no cache mounts, no module, source or output layers", Baseline: NativeCold},

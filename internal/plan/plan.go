@@ -334,12 +334,37 @@ const (
 	LocalToolchain = "GOTOOLCHAIN=local"
 )
 
-// NoDWARF is in the build flags when the link flags drop DWARF (-w): the
+// NoDWARF is in the build flags when the link flags drop DWARF: the
 // compiler need not make what the linker throws away, 11% of a cold
 // compile's CPU. The binaries are the same but for this flag in their
-// build information (go version -m). A go.gcflags comes after it, so for
-// the packages it names the user's flags win.
+// build information (go version -m). A go.gcflags comes after it and
+// replaces it for the packages its pattern matches, which then carry
+// DWARF again; a -gcflags in go.env's GOFLAGS leaves it out.
 const NoDWARF = "-gcflags=all=-dwarf=false"
+
+// linkDropsDWARF says whether link flags drop DWARF: the last -w says, and
+// without one -s does (Go 1.22 on).
+func linkDropsDWARF(ldflags []string) bool {
+	s, w, sawW := false, false, false
+	for _, f := range ldflags {
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(f, "-"), "-"), "=")
+		on := true
+		if hasValue {
+			b, err := strconv.ParseBool(value)
+			on = err == nil && b
+		}
+		switch name {
+		case "s":
+			s = on
+		case "w":
+			w, sawW = on, true
+		}
+	}
+	if sawW {
+		return w
+	}
+	return s
+}
 
 // goEnv derives the one Go environment. Keep it the only place that does;
 // TargetEnv adds the only values that differ between compiles, and the LLB
@@ -367,7 +392,9 @@ func goEnv(cfg *config.Config, stamp Stamp, modMode string) GoEnv {
 		args = append(args, "-tags="+strings.Join(cfg.Go.Tags, ","))
 	}
 	ld := strings.Fields(cfg.Go.LDFlags)
-	if slices.Contains(ld, "-w") || slices.Contains(ld, "-w=true") {
+	// A -gcflags in GOFLAGS comes before the command line's: ours would
+	// replace it for every package.
+	if linkDropsDWARF(ld) && !strings.Contains(cfg.Go.Env["GOFLAGS"], "-gcflags") {
 		args = append(args, NoDWARF)
 	}
 	if cfg.Go.GCFlags != "" {
