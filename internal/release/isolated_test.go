@@ -24,12 +24,13 @@ import (
 
 // TestTheDefaultReleaseIsIsolatedOnEveryDaemon releases a tiny repository
 // as `release` does by default: each platform, and an asset platform no
-// image has (two binaries there), compiled from nothing in an isolated Go cache that is emptied
-// afterwards, and the provenance says so. Spread over the shared daemon
-// and a new one, with a layer cache export configured (which an isolated
-// release leaves out), each daemon compiles its share from nothing again
-// and the release is the same. TestRelease releases this repository with
-// -trustcaches; this is the default at a tiny repository's cost.
+// image has (two binaries there), compiled from nothing in an isolated Go
+// cache that is emptied afterwards, and the provenance says so. Spread
+// over the shared daemon and a new one, with a layer cache export
+// configured (which an isolated release leaves out), each daemon compiles
+// its share from nothing again and the release is the same. TestRelease
+// releases this repository with -trustcaches; this is the default at a
+// tiny repository's cost.
 func TestTheDefaultReleaseIsIsolatedOnEveryDaemon(t *testing.T) {
 	d := testdaemon.Shared(t)
 	ctx := context.Background()

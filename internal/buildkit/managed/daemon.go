@@ -418,17 +418,16 @@ func (m *Managed) reapSteps(ctx context.Context) {
 		cmd.Env = daemonEnv(os.Environ())
 		return cmd
 	}
-	out, err := runc("list", "--format", "json").Output()
-	if err != nil {
-		log.G(ctx).Warnf("runc list: %v; build steps of an earlier buildkitd on %s, if any, are left running", err, state)
-		return
-	}
 	var containers []struct {
 		ID     string `json:"id"`
 		Status string `json:"status"`
 		Bundle string `json:"bundle"`
 	}
-	if err := json.Unmarshal(out, &containers); err != nil {
+	out, err := runc("list", "--format", "json").Output()
+	if err == nil {
+		err = json.Unmarshal(out, &containers)
+	}
+	if err != nil {
 		log.G(ctx).Warnf("runc list: %v; build steps of an earlier buildkitd on %s, if any, are left running", err, state)
 		return
 	}
