@@ -63,7 +63,7 @@ func reportProgress(w io.Writer, tmp string, list []string, stop <-chan struct{}
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	var total atomic.Int64
-	last := -1
+	last, lastTotal := -1, int64(0)
 	for n := 0; ; n++ {
 		select {
 		case <-stop:
@@ -78,13 +78,13 @@ func reportProgress(w io.Writer, tmp string, list []string, stop <-chan struct{}
 				}
 			}()
 		}
-		done := actionsRun(tmp)
-		if done == last {
+		done, t := actionsRun(tmp), total.Load()
+		if done == last && t == lastTotal {
 			continue
 		}
-		last = done
+		last, lastTotal = done, t
 		elapsed := time.Since(started).Round(time.Second)
-		if t := total.Load(); t > 0 {
+		if t > 0 {
 			fmt.Fprintf(w, "go build: %d/%d packages compiled (the rest from the cache), %s\n", done, t, elapsed)
 		} else {
 			fmt.Fprintf(w, "go build: %d packages compiled, %s\n", done, elapsed)

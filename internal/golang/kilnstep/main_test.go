@@ -657,12 +657,15 @@ func TestAGoBuildSaysHowManyPackagesItCompiled(t *testing.T) {
 		os.MkdirAll(filepath.Join(work, b), 0o755)
 	}
 	os.WriteFile(filepath.Join(work, "importcfg"), nil, 0o644) // not an action
+	// The listing ends only once the test says so, as a slow go list would.
+	gate := filepath.Join(t.TempDir(), "listed")
+	list := []string{"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.01; done; printf 'a\nb\nc\nd\ne\n'`, gate}
 	var out safeBuffer
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		reportProgress(&out, tmp, []string{"sh", "-c", "printf 'a\\nb\\nc\\nd\\ne\\n'"}, stop)
+		reportProgress(&out, tmp, list, stop)
 	}()
 	waitFor := func(want string) {
 		t.Helper()
@@ -673,14 +676,17 @@ func TestAGoBuildSaysHowManyPackagesItCompiled(t *testing.T) {
 		}
 	}
 	waitFor("go build: 2 packages compiled")
-	// The total is known after the first period; a new action shows it.
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // periods with nothing new print nothing
+	os.WriteFile(gate, nil, 0o644)
+	waitFor("go build: 2/5 packages compiled")
 	os.MkdirAll(filepath.Join(work, "b003"), 0o755)
 	waitFor("go build: 3/5 packages compiled")
 	close(stop)
 	<-done
-	if n := strings.Count(out.String(), "go build: 2 packages"); n != 1 {
-		t.Errorf("an unchanged count was printed %d times:\n%s", n, out.String())
+	for _, line := range []string{"go build: 2 packages", "go build: 2/5 packages"} {
+		if n := strings.Count(out.String(), line); n != 1 {
+			t.Errorf("%q was printed %d times:\n%s", line, n, out.String())
+		}
 	}
 }
 
