@@ -520,10 +520,14 @@ func TestTheTargetsStartWithoutMageWhileNothingChanged(t *testing.T) {
 	if err := os.Chtimes(helloFile, fi.ModTime(), fi.ModTime()); err != nil {
 		t.Fatal(err)
 	}
-	hello("adopter hello 2", false)
-	// Its change time is recent: the run after that records the targets.
-	time.Sleep(2 * time.Second)
-	hello("adopter hello 2", false)
+	out := hello("adopter hello 2", false)
+	// Its change time was recent, unless go took 2 s to start kiln-mage on a
+	// loaded machine: then that run recorded the targets, else the run after
+	// the window does.
+	if strings.Contains(out, "a file changed less than 2 s ago") {
+		time.Sleep(2 * time.Second)
+		hello("adopter hello 2", false)
+	}
 	hello("adopter hello 2", true)
 
 	// The exit code of mage, or of the targets without it, comes back, not

@@ -199,8 +199,10 @@ func TestToolsTakeTurnsOnTheCPUTokens(t *testing.T) {
 		running += e.delta
 		most = max(most, running)
 	}
-	if len(events) != 12 || most != 2 {
-		t.Errorf("%d events, at most %d tools at once; want 12 and 2 (the tokens)", len(events), most)
+	// Fewer than two at once is a machine too loaded to start them in
+	// 0.3 s; that two tokens can be held shows below.
+	if len(events) != 12 || most > 2 {
+		t.Errorf("%d events, at most %d tools at once; want 12 and no more than 2 (the tokens)", len(events), most)
 	}
 
 	t.Run("two large compiles never run at once; a small one runs beside a large one", func(t *testing.T) {
@@ -309,7 +311,10 @@ func largeCompiles(t *testing.T, kilnstep string) {
 	os.WriteFile(large, bytes.Repeat([]byte("// large\n"), largeCompile/9+1), 0o644)
 	os.WriteFile(small, []byte("package small\n"), 0o644)
 	compile := filepath.Join(dir, "compile")
-	script := "#!/bin/sh\necho start $(date +%s%N) >> " + logs + "/$1\nsleep $2\necho end $(date +%s%N) >> " + logs + "/$1\n"
+	// A compile runs for $2 seconds, or, named instead, until that one has
+	// started (a minute at most): a fixed time could pass before a loaded
+	// machine starts the other.
+	script := "#!/bin/sh\necho start $(date +%s%N) >> " + logs + "/$1\ncase $2 in\n[0-9]*) sleep $2 ;;\n*) i=0; while [ ! -e " + logs + "/$2 ] && [ $i -lt 6000 ]; do sleep 0.01; i=$((i+1)); done ;;\nesac\necho end $(date +%s%N) >> " + logs + "/$1\n"
 	if err := os.WriteFile(compile, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +342,7 @@ func largeCompiles(t *testing.T, kilnstep string) {
 		}
 		return start, end
 	}
-	l1 := run("L1", "1", large)
+	l1 := run("L1", "S", large)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		if _, err := os.Stat(filepath.Join(logs, "L1")); err == nil {
 			break
