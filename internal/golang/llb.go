@@ -657,13 +657,7 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 	}
 	cpus, tokens := cpuTokens(side)
 	args := []string{"/kiln/bin/kilnstep", "gobuild", keepDir, StdDir, "", strconv.Itoa(side), cpus, "--", goroot + "/bin/go", "build"}
-	// -ldflags reach no compile, and they carry the commit when stamped.
-	for _, a := range g.Plan.GoEnv.BuildArgs {
-		if !strings.HasPrefix(a, "-ldflags=") {
-			args = append(args, a)
-		}
-	}
-	args = append(args, pkgs...)
+	args = append(append(args, StdBuildArgs(g.Plan.GoEnv.BuildArgs)...), pkgs...)
 	extra := append([]llb.RunOption{llb.AddMount("/kiln/bin", g.stepTool(), llb.Readonly), llb.AddMount(keepDir, llb.Scratch(), llb.Tmpfs())}, tokens...)
 	if g.seeded != nil {
 		extra = append(extra, llb.AddMount("/kiln/seeded", *g.seeded, llb.Readonly))
@@ -672,6 +666,38 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 	// module or workspace, and no modules.
 	run := g.goCommand(args, g.goModFiles(), nil, target, StdStepName(target), extra...)
 	return run.AddMount(StdDir, llb.Scratch()), true
+}
+
+// StdBuildArgs are the go build flags of the standard-library step: those
+// of the go build that reach the standard library's compiles, so that it
+// finds them in GOCACHE. -ldflags reach no compile, and they carry the
+// commit when stamped. A -gcflags or -asmflags without a pattern applies to
+// the packages named on the command line: the go build's binaries, never
+// the standard library, which this step names instead.
+func StdBuildArgs(buildArgs []string) []string {
+	var args []string
+	for i := 0; i < len(buildArgs); i++ {
+		a := buildArgs[i]
+		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
+		switch {
+		case name == "ldflags" && !hasValue:
+			i++
+			continue
+		case name == "ldflags":
+			continue
+		case (name == "gcflags" || name == "asmflags") && !hasValue && i+1 < len(buildArgs):
+			if value = strings.TrimSpace(buildArgs[i+1]); value == "" || strings.HasPrefix(value, "-") {
+				i++
+				continue
+			}
+		case (name == "gcflags" || name == "asmflags") && hasValue:
+			if value = strings.TrimSpace(value); value == "" || strings.HasPrefix(value, "-") {
+				continue
+			}
+		}
+		args = append(args, a)
+	}
+	return args
 }
 
 // cpuTokens is the CPUS argument of kilnstep gobuild and the mount of the
