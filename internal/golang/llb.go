@@ -673,17 +673,22 @@ func (g *Graph) standardLibrary(target ocispec.Platform, side int) (llb.State, b
 // finds them in GOCACHE. -ldflags reach no compile, and they carry the
 // commit when stamped. A -gcflags or -asmflags without a pattern applies to
 // the packages named on the command line: the go build's binaries, never
-// the standard library, which this step names instead.
+// the standard library, which this step names instead. So does -cover
+// without -coverpkg (with the main module's packages).
 func StdBuildArgs(buildArgs []string) []string {
+	coverpkg := slices.ContainsFunc(buildArgs, func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return name == "coverpkg"
+	})
 	var args []string
 	for i := 0; i < len(buildArgs); i++ {
 		a := buildArgs[i]
 		name, value, hasValue := strings.Cut(strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-"), "=")
 		switch {
-		case name == "ldflags" && !hasValue:
+		case (name == "ldflags" || name == "covermode" && !coverpkg) && !hasValue:
 			i++
 			continue
-		case name == "ldflags":
+		case name == "ldflags" || (name == "cover" || name == "covermode") && !coverpkg:
 			continue
 		case (name == "gcflags" || name == "asmflags") && !hasValue && i+1 < len(buildArgs):
 			if value = strings.TrimSpace(buildArgs[i+1]); value == "" || strings.HasPrefix(value, "-") {

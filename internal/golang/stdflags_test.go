@@ -17,6 +17,8 @@ func TestStdBuildArgsKeepWhatReachesTheStandardLibrary(t *testing.T) {
 		{[]string{"-gcflags=-N -l", "--gcflags= -m", "-asmflags=-D=X", "-gcflags="}, nil},
 		{[]string{"-gcflags=std=-N", "-asmflags=all=-D=X", "-tags=a"}, []string{"-gcflags=std=-N", "-asmflags=all=-D=X", "-tags=a"}},
 		{[]string{"-gcflags", "-N", "-ldflags", "-s", "-pgo=off"}, []string{"-pgo=off"}},
+		{[]string{"-cover", "-covermode", "atomic", "-race"}, []string{"-race"}},
+		{[]string{"-cover", "-covermode=set", "-coverpkg=example.com/m/..."}, []string{"-cover", "-covermode=set", "-coverpkg=example.com/m/..."}},
 	} {
 		if got := golang.StdBuildArgs(tc.in); !slices.Equal(got, tc.want) {
 			t.Errorf("StdBuildArgs(%q) = %q, want %q", tc.in, got, tc.want)

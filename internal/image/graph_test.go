@@ -435,6 +435,27 @@ func TestStandardLibraryCompilesWhileTheModulesDownload(t *testing.T) {
 	}
 }
 
+// The standard-library step takes the go build's flags that reach the
+// standard library there: not -ldflags, nor a -gcflags without a pattern,
+// which go applies to the packages named on its command line.
+func TestTheStandardLibraryStepTakesTheFlagsThatReachIt(t *testing.T) {
+	p := testPlan(t, "linux/amd64")
+	p.GoEnv.BuildArgs = append(slices.Clone(p.GoEnv.BuildArgs), "-gcflags=-N -l")
+	args := map[string][]string{}
+	for _, s := range mustSteps(t, p) {
+		if e := s.op.GetExec(); e != nil {
+			args[s.name] = e.Meta.Args
+		}
+	}
+	build, std := args["[linux/amd64] go build"], args["[linux/amd64] standard library"]
+	if !slices.Contains(build, "-gcflags=-N -l") || !slices.Contains(build, plan.NoDWARF) {
+		t.Fatalf("the go build's flags: %q", build)
+	}
+	if !slices.Contains(std, plan.NoDWARF) || slices.Contains(std, "-gcflags=-N -l") || slices.ContainsFunc(std, func(a string) bool { return strings.HasPrefix(a, "-ldflags") }) {
+		t.Errorf("the standard-library step's flags: %q; want %s, no -ldflags and no unpatterned -gcflags", std, plan.NoDWARF)
+	}
+}
+
 // With kilnstep kept on the client (UseStepTool), no step builds it: the
 // module layer runs it too, and a layer made before the tool was chosen
 // is made again.
