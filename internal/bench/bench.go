@@ -545,8 +545,9 @@ func (r *runner) turns(ctx context.Context, prepare func(round int) error, cs ..
 	return nil
 }
 
-// settle writes back what the file systems hold dirty before a timed run,
-// so that no run pays for the one before it: after a native edit build,
+// settle writes back what the file systems hold dirty before a timed run
+// (every kiln build, every native one), so that no run pays for the one
+// before it: after a native edit build,
 // 100 MB of its binaries were dirty here, and the first fsync of kiln's
 // daemon (ext4, data=ordered) waited for them; sync took 84 ms.
 func settle() { syscall.Sync() }
@@ -677,6 +678,7 @@ func (r *runner) kilnBuildWith(ctx context.Context, opts session.Options) (measu
 	if r.daemon.Managed != nil {
 		pid = func() int { p, _ := r.daemon.Managed.PID(); return p }
 	}
+	settle()
 	selfBefore, childrenBefore, cpuOK := measure.ProcessCPU(pid())
 	clientBefore := measure.SelfCPU()
 	peak := measure.SamplePeak(pid, true)
@@ -763,7 +765,6 @@ func (r *runner) kilnPrunedBuild(ctx context.Context, mode pruneMode) (measure.S
 	if err := r.prune(ctx, mode); err != nil {
 		return measure.Sample{}, nil, fmt.Errorf("prune: %w", err)
 	}
-	settle()
 	// The binaries written before are up to date; time the build anyway.
 	opts := r.opts.Build
 	opts.Rebuild = true
@@ -792,6 +793,7 @@ func (r *runner) cgo(ctx context.Context) error {
 		}
 		defer os.RemoveAll(out)
 		var total measure.Sample
+		settle()
 		for i, b := range r.plan.Binaries {
 			cgo := "0"
 			if split && i > 0 {

@@ -196,6 +196,7 @@ func (r *runner) sideBySide(ctx context.Context, shares [][]string) (time.Durati
 	errs := make([]error, len(shares))
 	outs := make([]*session.BinariesOutcome, len(shares))
 	var wg sync.WaitGroup
+	settle()
 	start := time.Now()
 	for i, share := range shares {
 		opts := r.opts.Build

@@ -662,9 +662,10 @@ func TestAGoBuildSaysHowManyPackagesItCompiled(t *testing.T) {
 		os.MkdirAll(filepath.Join(work, b), 0o755)
 	}
 	os.WriteFile(filepath.Join(work, "importcfg"), nil, 0o644) // not an action
-	// The listing ends only once the test says so, as a slow go list would.
+	// The listing ends once the test says so, as a slow go list would (or
+	// after 30 s, should the test end first).
 	gate := filepath.Join(t.TempDir(), "listed")
-	list := []string{"sh", "-c", `while [ ! -e "$0" ]; do sleep 0.01; done; printf 'a\nb\nc\nd\ne\n'`, gate}
+	list := []string{"sh", "-c", `i=0; while [ ! -e "$0" ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done; printf 'a\nb\nc\nd\ne\n'`, gate}
 	var out safeBuffer
 	stop := make(chan struct{})
 	done := make(chan struct{})
